@@ -1,0 +1,53 @@
+"""flashlib: the numerics of "FlashAttention from Scratch".
+
+numpy is the reference path (it runs anywhere, Pyodide included).  One concept per module:
+
+- :mod:`flashlib.softmax`         the numerically stable softmax
+- :mod:`flashlib.online_softmax`  the one-pass (m, l) update and the merge of partial states
+- :mod:`flashlib.masks`           causal alignments, boolean masks and their tiles
+- :mod:`flashlib.naive`           standard attention (materialises S and P) and its backward
+- :mod:`flashlib.flash_v1`        FlashAttention, Algorithm 1 loop order
+- :mod:`flashlib.flash`           FlashAttention-2 loop order (the default implementation)
+- :mod:`flashlib.backward`        the recomputing backward pass
+"""
+
+from flashlib.backward import flash_attention_backward
+from flashlib.flash import flash_attention
+from flashlib.flash_v1 import flash_attention_v1
+from flashlib.masks import causal_mask
+from flashlib.naive import naive_attention, naive_attention_backward
+from flashlib.online_softmax import (
+    PartialAttention,
+    SoftmaxState,
+    TraceStep,
+    finalize_partial,
+    merge_partials,
+    online_softmax,
+    online_softmax_update,
+    partial_attention,
+    softmax_state_init,
+    two_pass_softmax_state,
+)
+from flashlib.softmax import softmax
+
+__all__ = [
+    "softmax",
+    "naive_attention",
+    "naive_attention_backward",
+    "flash_attention_v1",
+    "flash_attention",
+    "flash_attention_backward",
+    "causal_mask",
+    "SoftmaxState",
+    "TraceStep",
+    "PartialAttention",
+    "softmax_state_init",
+    "online_softmax_update",
+    "online_softmax",
+    "two_pass_softmax_state",
+    "partial_attention",
+    "merge_partials",
+    "finalize_partial",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,66 @@
+"""Which keys each query may see: causal alignments, explicit masks, and their tiles.
+
+Conventions follow PyTorch SDPA: a boolean mask is ``True`` where a query *may* attend.  A causal
+mask is a diagonal ``offset``: row ``i`` sees key ``j`` when ``j <= i + offset``, with
+``offset = 0`` for the top-left alignment (SDPA's ``is_causal``) and ``offset = n_k - n_q`` for
+the bottom-right one (flash-attn >= 2.1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flashlib._validate import causal_offset
+
+__all__ = ["causal_mask", "visible_keys", "key_stop", "tile_mask"]
+
+
+def causal_mask(n_q: int, n_k: int, causal: bool | str = True) -> np.ndarray:
+    """The boolean (n_q, n_k) causal mask for ``causal`` True/"top_left" or "bottom_right"."""
+    offset = causal_offset(causal, n_q, n_k)
+    if offset is None:
+        return np.ones((n_q, n_k), dtype=bool)
+    return np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + offset
+
+
+def visible_keys(
+    n_q: int, n_k: int, offset: int | None, mask: np.ndarray | None
+) -> np.ndarray | None:
+    """The full visibility matrix (..., n_q, n_k) of the causal diagonal AND ``mask``.
+
+    Returns None when every key is visible.  Materialises n_q x n_k booleans: only the naive
+    path uses it.
+    """
+    if offset is None:
+        return mask
+    tri = np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + offset
+    return tri if mask is None else mask & tri
+
+
+def key_stop(i0: int, i1: int, n_k: int, offset: int | None) -> int:
+    """One past the last key that any of the query rows ``[i0, i1)`` may see under the causal
+    diagonal (``n_k`` when not causal).  Key blocks from here on are skipped entirely."""
+    if offset is None:
+        return n_k
+    return max(0, min(n_k, i1 + offset))
+
+
+def tile_mask(
+    i0: int, i1: int, j0: int, j1: int, offset: int | None, mask: np.ndarray | None
+) -> np.ndarray | None:
+    """Visibility of the tile rows ``[i0, i1)`` x keys ``[j0, j1)``.
+
+    mask: None or a boolean view broadcast to batch_shape + (n_q, n_k); only the tile is copied.
+    Returns None when every entry of the tile is visible, so that the caller applies no mask;
+    otherwise a boolean array broadcastable to (B, i1 - i0, j1 - j0), B = prod(batch_shape).
+    """
+    visible = None
+    # The tile straddles the causal diagonal when its top-right entry is hidden.
+    if offset is not None and j1 - 1 > i0 + offset:
+        visible = np.arange(j0, j1)[None, :] <= np.arange(i0, i1)[:, None] + offset
+    if mask is not None:
+        block = mask[..., i0:i1, j0:j1]
+        if not block.all():
+            block = block.reshape(-1, i1 - i0, j1 - j0)
+            visible = block if visible is None else block & visible
+    return visible
