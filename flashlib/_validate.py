@@ -91,7 +91,9 @@ def check_mask(mask: object, target: tuple[int, ...]) -> np.ndarray | None:
         return None
     mask = np.asarray(mask)
     if mask.dtype != np.bool_:
-        raise TypeError(f"mask must be a boolean array (True = may attend), got dtype {mask.dtype}")
+        raise TypeError(
+            f"mask must be a boolean array (True = may attend), got dtype {mask.dtype}"
+        )
     try:
         shape = np.broadcast_shapes(mask.shape, target)
     except ValueError:

@@ -20,7 +20,7 @@ __all__ = ["flash_attention_backward"]
 
 
 def _first_query_block(j0: int, offset: int | None, block_q: int) -> int:
-    """Start of the first query block that may see key ``j0`` (row i sees j when j <= i + offset)."""
+    """Start of the first query block that may see key ``j0`` (row i sees j if j <= i + offset)."""
     if offset is None:
         return 0
     first_row = max(0, j0 - offset)
