@@ -1,0 +1,199 @@
+"""Shared fixtures and the independent references the numerics tests compare against.
+
+The reference attention below is deliberately tiny and written from the definition
+(explicit boolean visibility mask, float64, one softmax per row); it shares no code with
+``flashlib``.  ``torch_attention`` is the same definition in torch, used for autograd.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+# Deterministic, database-less hypothesis runs (CI and local runs see the same examples).
+settings.register_profile(
+    "flashlib-ci",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    max_examples=50,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "flashlib-ci"))
+
+# Keep the 2-core machine predictable: one BLAS thread, one torch thread.
+try:
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
+except ImportError:  # pragma: no cover - threadpoolctl is pinned in requirements.txt
+    pass
+
+try:
+    import torch
+
+    torch.set_num_threads(1)
+except ImportError:  # pragma: no cover - torch is pinned in requirements.txt
+    torch = None
+
+DTYPES = (np.float16, np.float32, np.float64)
+
+# Error floors for float32/float16 comparisons ("at most 2x the naive error, or this floor").
+# A result stored in a dtype cannot be closer to the exact value than rounding it: half an ulp,
+# eps/2 * |o|.  The floors are a few such roundings of an O(1) output:
+#   float32: eps = 1.19e-7 -> 1e-6 is ~8 eps;  float16: eps = 9.8e-4 -> 1e-3 is ~1 eps,
+# i.e. two roundings of a value in [1, 2).  They are multiplied by max(1, max|reference|), and
+# for large logits by the logit magnitude too (see ``error_floor``), because rounding a logit s
+# to the dtype moves it by eps/2 * |s|, which moves the output by up to that times max|v|.
+FLOOR = {np.dtype(np.float32): 1e-6, np.dtype(np.float16): 1e-3}
+
+
+def error_floor(dtype, ref: np.ndarray, logit_max: float = 1.0) -> float:
+    """Floor for ``err(flash) <= max(2 * err(naive), floor)`` in a low-precision dtype."""
+    dtype = np.dtype(dtype)
+    ref_max = float(np.max(np.abs(ref))) if ref.size else 0.0
+    base = FLOOR[dtype] * max(1.0, ref_max)
+    eps = float(np.finfo(dtype).eps)
+    return max(base, eps * max(1.0, logit_max) * max(1.0, ref_max))
+
+
+def visible_mask(n_q: int, n_k: int, causal=False, mask=None) -> np.ndarray:
+    """Explicit boolean (..., n_q, n_k) matrix: True where query row i may attend to key j."""
+    i = np.arange(n_q)[:, None]
+    j = np.arange(n_k)[None, :]
+    if causal is False:
+        vis = np.ones((n_q, n_k), dtype=bool)
+    elif causal is True or causal == "top_left":
+        vis = j <= i
+    elif causal == "bottom_right":
+        vis = j <= i + (n_k - n_q)
+    else:
+        raise AssertionError(f"test bug: causal={causal!r}")
+    if mask is not None:
+        vis = vis & np.asarray(mask, dtype=bool)
+    return vis
+
+
+def default_scale(d: int, dtype) -> float:
+    """The spec's default scale: 1/sqrt(d) cast to the input dtype."""
+    return float(np.asarray(1.0 / np.sqrt(d)).astype(dtype))
+
+
+def ref_attention(q, k, v, *, causal=False, mask=None, scale=None):
+    """float64 reference: returns (o, lse); empty rows give o = 0 and lse = -inf."""
+    dtype = np.asarray(q).dtype
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    n_q, d = q.shape[-2:]
+    n_k = k.shape[-2]
+    if scale is None:
+        scale = default_scale(d, dtype)
+    s = scale * np.matmul(q, np.swapaxes(k, -1, -2))
+    vis = np.broadcast_to(visible_mask(n_q, n_k, causal, mask), s.shape)
+    row_has_key = vis.any(axis=-1, keepdims=True)
+    m = np.max(np.where(vis, s, -np.inf), axis=-1, keepdims=True)
+    m = np.where(row_has_key, m, 0.0)
+    e = np.where(vis, np.exp(np.where(vis, s, m) - m), 0.0)
+    l = e.sum(axis=-1, keepdims=True)  # noqa: E741
+    l_safe = np.where(row_has_key, l, 1.0)
+    o = np.matmul(e / l_safe, v)
+    lse = np.where(row_has_key, m + np.log(l_safe), -np.inf)[..., 0]
+    return o, lse
+
+
+def logits(q, k, scale=None) -> np.ndarray:
+    q64, k64 = np.asarray(q, np.float64), np.asarray(k, np.float64)
+    if scale is None:
+        scale = 1.0 / np.sqrt(q64.shape[-1])
+    return scale * np.matmul(q64, np.swapaxes(k64, -1, -2))
+
+
+def torch_attention(q, k, v, *, causal=False, mask=None, scale=None):
+    """The same definition in torch (float64, autograd-friendly, zero rows for empty rows)."""
+    n_q, d = q.shape[-2:]
+    n_k = k.shape[-2]
+    if scale is None:
+        scale = 1.0 / np.sqrt(d)
+    vis = torch.from_numpy(np.ascontiguousarray(visible_mask(n_q, n_k, causal, mask)))
+    s = scale * (q @ k.transpose(-1, -2))
+    vis = vis.expand(s.shape)
+    has_key = vis.any(dim=-1, keepdim=True)
+    s = s.masked_fill(~vis, float("-inf"))
+    s = torch.where(has_key, s, torch.zeros((), dtype=s.dtype))
+    p = torch.softmax(s, dim=-1) * has_key
+    return p @ v
+
+
+def torch_grads(q, k, v, do, *, causal=False, mask=None, scale=None):
+    """(o, dq, dk, dv) by torch autograd in float64."""
+    if scale is None:
+        scale = default_scale(q.shape[-1], q.dtype)
+    tq, tk, tv = (torch.tensor(np.asarray(x, np.float64), requires_grad=True) for x in (q, k, v))
+    o = torch_attention(tq, tk, tv, causal=causal, mask=mask, scale=scale)
+    o.backward(torch.tensor(np.asarray(do, np.float64)))
+    return (o.detach().numpy(), tq.grad.numpy(), tk.grad.numpy(), tv.grad.numpy())
+
+
+def make_qkv(rng, lead, n_q, n_k, d, d_v=None, dtype=np.float64, logit_scale=None):
+    """Random q, k, v in ``dtype``; with ``logit_scale`` q is rescaled so max|q k^T / sqrt d|
+    equals it (the inputs are cast first, so the reference sees exactly the same numbers)."""
+    d_v = d if d_v is None else d_v
+    q = rng.standard_normal((*lead, n_q, d))
+    k = rng.standard_normal((*lead, n_k, d))
+    v = rng.standard_normal((*lead, n_k, d_v))
+    if logit_scale is not None:
+        s_max = np.max(np.abs(logits(q, k)))
+        if s_max > 0:
+            q = q * (logit_scale / s_max)
+    return tuple(np.asarray(x, dtype=dtype) for x in (q, k, v))
+
+
+def make_mask(rng, kind, lead, n_q, n_k):
+    """None, a random mask with some fully masked rows, a key-padding mask, or all False."""
+    if kind is None:
+        return None
+    if kind == "random":
+        mask = rng.random((*lead, n_q, n_k)) < 0.6
+        if n_q > 1:
+            mask[..., 0, :] = False  # a fully masked row
+        return mask
+    if kind == "rows":  # broadcast over leading dims, every other row empty
+        mask = rng.random((n_q, n_k)) < 0.5
+        mask[::2, :] = False
+        return mask
+    if kind == "key_padding":
+        mask = np.ones((*lead, 1, n_k), dtype=bool)
+        mask[..., 0, n_k - max(1, n_k // 3):] = False
+        return mask
+    if kind == "batch_padding":  # one padding per batch entry, broadcast over the heads axis
+        mask = np.ones((*lead[:-1], 1, 1, n_k), dtype=bool)
+        mask[..., n_k // 2:] = False
+        mask.reshape(-1, n_k)[0] = True  # first batch entry unpadded
+        return mask
+    if kind == "none_visible":
+        return np.zeros((n_q, n_k), dtype=bool)
+    raise AssertionError(f"test bug: mask kind {kind!r}")
+
+
+def max_err(a, b) -> float:
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    if a.size == 0:
+        return 0.0
+    return float(np.max(np.abs(a - b)))
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)
+
+
+@pytest.fixture(autouse=True)
+def _default_errstate():
+    """numpy's default error handling, so RuntimeWarnings surface (pytest turns them into
+    errors) whatever another test module did to the global state."""
+    with np.errstate(divide="warn", over="warn", invalid="warn", under="ignore"):
+        yield
