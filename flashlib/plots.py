@@ -1,0 +1,112 @@
+"""Plotting style shared by every chapter: a colour-blind safe palette and figures with alt text.
+
+Nothing numeric lives here: chapters compute with flashlib's numeric modules, then draw.
+
+    from flashlib.plots import new_figure, show, use_book_style
+    use_book_style()
+    fig, ax = new_figure()
+    ax.plot(x, y)
+    show(fig, alt="Line plot of ...")   # last expression of a cell: the figure, with alt text
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from typing import Any
+
+# Okabe & Ito (2008), "Color Universal Design": distinguishable with every common colour-vision
+# deficiency. Order: the cycle used for successive lines/bars.
+OKABE_ITO: dict[str, str] = {
+    "blue": "#0072B2",
+    "orange": "#E69F00",
+    "bluish_green": "#009E73",
+    "vermillion": "#D55E00",
+    "sky_blue": "#56B4E9",
+    "reddish_purple": "#CC79A7",
+    "yellow": "#F0E442",
+    "black": "#000000",
+}
+PALETTE: list[str] = list(OKABE_ITO.values())
+
+#: Resolution of the PNGs shown in the book and in widgets.
+DPI = 96
+
+
+def use_book_style() -> None:
+    """Set matplotlib's defaults for the book: Okabe-Ito colour cycle, viridis, light axes."""
+    import matplotlib as mpl
+    from cycler import cycler
+
+    mpl.rcParams.update(
+        {
+            "axes.prop_cycle": cycler(color=PALETTE),
+            "image.cmap": "viridis",  # perceptually uniform, colour-blind safe
+            "figure.figsize": (6.4, 3.6),
+            "figure.dpi": DPI,
+            "savefig.dpi": DPI,
+            "figure.constrained_layout.use": True,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+            "font.size": 10,
+            "svg.hashsalt": "flashlib",
+        }
+    )
+
+
+def new_figure(nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float] | None = None):
+    """A figure outside pyplot (no global state, never shown by accident) and its axes.
+
+    Returns ``(fig, ax)`` like ``plt.subplots``: ``ax`` is one Axes for 1x1, else an array.
+    """
+    from matplotlib.figure import Figure
+
+    use_book_style()
+    fig = Figure(figsize=figsize, layout="constrained")
+    axes = fig.subplots(nrows, ncols)
+    return fig, axes
+
+
+def figure_png(fig: Any) -> bytes:
+    """The figure as PNG bytes (deterministic: no timestamp/software metadata)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    close(fig)
+    return buf.getvalue()
+
+
+def close(fig: Any) -> None:
+    """Release a figure; closes it in pyplot too if it was made there."""
+    import sys
+
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is not None:
+        plt.close(fig)
+
+
+class StaticFigure:
+    """A rendered figure with alt text; shows as ``<img alt=...>`` in notebooks and the book."""
+
+    def __init__(self, png: bytes, alt: str):
+        self.png = png
+        self.alt = alt
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        data = base64.b64encode(self.png).decode("ascii")
+        img = (
+            f'<img src="data:image/png;base64,{data}" alt="{html.escape(self.alt)}" '
+            'class="flashlib-figure" style="max-width:100%;height:auto">'
+        )
+        return {"text/html": img, "image/png": data, "text/plain": f"<figure: {self.alt}>"}
+
+
+def show(fig: Any, *, alt: str) -> StaticFigure:
+    """Render ``fig`` with alt text (a required, non-empty description); closes the figure."""
+    if not isinstance(alt, str) or not alt.strip():
+        raise ValueError("alt: expected a non-empty description of the figure")
+    if not hasattr(fig, "savefig"):
+        raise TypeError(f"fig: expected a matplotlib Figure, got {type(fig).__name__}")
+    return StaticFigure(figure_png(fig), alt)

@@ -1,0 +1,147 @@
+"""flashlib.widgets.interactive_figure: static (website) and live (ipywidgets) renderings."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+pytest.importorskip("matplotlib")
+pytest.importorskip("ipywidgets")
+
+from flashlib import plots, widgets  # noqa: E402
+
+SLIDERS = {"n": [256, 512, 1024], "dtype": ["float16", "float32"]}
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def draw(n: int, dtype: str):
+    fig, ax = plots.new_figure(figsize=(2, 1.5))
+    ax.bar([0, 1], [n, 2 if dtype == "float16" else 4])
+    ax.set_title(f"{n} {dtype}")
+    return fig
+
+
+def constant_in_dtype(n: int, dtype: str):
+    fig, ax = plots.new_figure(figsize=(2, 1.5))
+    ax.plot([0, n])
+    return fig
+
+
+@pytest.fixture
+def static(monkeypatch):
+    monkeypatch.setenv(widgets.STATIC_ENV, "1")
+
+
+@pytest.fixture
+def live(monkeypatch):
+    monkeypatch.delenv(widgets.STATIC_ENV, raising=False)
+
+
+def payload(html: str) -> dict:
+    match = re.search(r'<script type="application/json" class="flashlib-ifig-data">(.*?)</script>',
+                      html, re.S)
+    assert match, "no frame data in the HTML"
+    return json.loads(match.group(1))
+
+
+def test_static_bundle_is_self_contained_html(static):
+    fig = widgets.interactive_figure(draw, SLIDERS, defaults={"n": 512}, alt="Bars of n")
+    bundle = fig._repr_mimebundle_()
+    assert set(bundle) == {"text/html", "text/plain"}
+    html = bundle["text/html"]
+    assert html.count('type="range"') == 2
+    assert 'data-name="n"' in html and 'data-name="dtype"' in html
+    assert 'alt="Bars of n"' in html
+    assert 'addEventListener("input"' in html  # the frame-switching script
+    assert "http" not in html  # no request anywhere
+    data = payload(html)
+    assert data["labels"] == [["256", "512", "1024"], ["float16", "float32"]]
+    assert len(data["index"]) == 6 and len(data["frames"]) == 6
+    # the initial image is the frame of the defaults (n=512 -> index 1, dtype first -> 0)
+    first = data["frames"][data["index"][1 * 2 + 0]]
+    assert f'src="data:image/png;base64,{first}"' in html
+    assert 'value="1"' in html
+
+
+def test_static_frames_are_deduplicated_and_deterministic(static):
+    fig = widgets.interactive_figure(constant_in_dtype, SLIDERS, alt="Line")
+    html = fig.to_html()
+    data = payload(html)
+    assert len(data["index"]) == 6
+    assert len(data["frames"]) == 3  # dtype changes nothing
+    assert data["index"] == [0, 0, 1, 1, 2, 2]
+    assert fig.to_html() == html
+
+
+def test_live_bundle_is_an_ipywidget(live):
+    import ipywidgets
+
+    calls = []
+
+    def recording(n, dtype):
+        calls.append((n, dtype))
+        return draw(n, dtype)
+
+    fig = widgets.interactive_figure(recording, SLIDERS, defaults={"dtype": "float32"}, alt="x")
+    bundle = fig._repr_mimebundle_()
+    assert WIDGET_VIEW in bundle and "text/html" not in bundle
+    box = fig.widget()
+    sliders = [w for w in box.children if isinstance(w, ipywidgets.SelectionSlider)]
+    outputs = [w for w in box.children if isinstance(w, ipywidgets.Output)]
+    assert [s.description for s in sliders] == ["n", "dtype"]
+    assert [s.value for s in sliders] == [256, "float32"]
+    assert len(outputs) == 1
+    assert calls == [(256, "float32")]
+    sliders[0].value = 1024
+    assert calls[-1] == (1024, "float32")
+    sliders[0].value = 256  # cached: no new draw
+    assert calls == [(256, "float32"), (1024, "float32")]
+    assert fig.widget() is box
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"alt": ""}, ValueError, "alt"),
+        ({"alt": "x", "sliders": {}}, ValueError, "sliders"),
+        ({"alt": "x", "sliders": {"n": []}}, ValueError, "sliders"),
+        ({"alt": "x", "sliders": {"n": "abc"}}, ValueError, "sliders"),
+        ({"alt": "x", "sliders": {"n": [1, 1]}}, ValueError, "distinct"),
+        ({"alt": "x", "sliders": {"n": list(range(65))}}, ValueError, "at most"),
+        ({"alt": "x", "defaults": {"m": 1}}, ValueError, "defaults"),
+        ({"alt": "x", "defaults": {"n": 3}}, ValueError, "defaults"),
+        ({"alt": "x", "draw": 3}, TypeError, "draw"),
+    ],
+)
+def test_bad_arguments(kwargs, error, match):
+    args = {"draw": draw, "sliders": SLIDERS} | kwargs
+    draw_fn, sliders = args.pop("draw"), args.pop("sliders")
+    with pytest.raises(error, match=match):
+        widgets.interactive_figure(draw_fn, sliders, **args)
+
+
+def test_draw_must_return_a_figure(static):
+    fig = widgets.interactive_figure(lambda n: n, {"n": [1, 2]}, alt="x")
+    with pytest.raises(TypeError, match="draw"):
+        fig.to_html()
+
+
+def test_redraw_time_is_a_positive_median():
+    seconds = widgets.redraw_time(draw, SLIDERS, repeat=3)
+    assert 0 < seconds < 10
+
+
+def test_plots_palette_and_alt_text():
+    assert len(set(plots.PALETTE)) == len(plots.PALETTE) == 8
+    fig, ax = plots.new_figure()
+    ax.plot([0, 1])
+    shown = plots.show(fig, alt="A rising line")
+    bundle = shown._repr_mimebundle_()
+    assert 'alt="A rising line"' in bundle["text/html"]
+    assert bundle["image/png"]
+    with pytest.raises(ValueError, match="alt"):
+        plots.show(fig, alt=" ")
+    with pytest.raises(TypeError, match="fig"):
+        plots.show("not a figure", alt="x")
