@@ -145,3 +145,94 @@ def test_plots_palette_and_alt_text():
         plots.show(fig, alt=" ")
     with pytest.raises(TypeError, match="fig"):
         plots.show("not a figure", alt="x")
+
+
+def updating_draw():
+    """The fast pattern: one figure built once, draw() only updates it."""
+    fig, ax = plots.new_figure(figsize=(3, 2))
+    bars = ax.bar([0, 1], [1, 1])
+    ax.set_ylim(0, 1100)
+    ax.set_xticks([0, 1], ["n", "bytes"])
+    ax.set_ylabel("value")
+
+    def draw(n: int, dtype: str):
+        for bar, value in zip(bars, [n, 2 if dtype == "float16" else 4], strict=True):
+            bar.set_height(value)
+        ax.set_title(f"{n} {dtype}")
+        return fig
+
+    return draw, fig
+
+
+def rebuilding_draw(n: int, dtype: str):
+    """The same picture as updating_draw, rebuilt (and laid out) on every call."""
+    fig, ax = plots.new_figure(figsize=(3, 2))
+    ax.bar([0, 1], [n, 2 if dtype == "float16" else 4])
+    ax.set_ylim(0, 1100)
+    ax.set_xticks([0, 1], ["n", "bytes"])
+    ax.set_ylabel("value")
+    ax.set_title(f"{n} {dtype}")
+    return fig
+
+
+def count_draws(monkeypatch) -> list[int]:
+    from matplotlib.figure import Figure
+
+    calls: list[int] = []
+    draw = Figure.draw
+
+    def counting(self, renderer):
+        calls.append(1)
+        return draw(self, renderer)
+
+    monkeypatch.setattr(Figure, "draw", counting)
+    return calls
+
+
+def test_reused_figure_keeps_its_first_layout_and_looks_the_same(static, monkeypatch):
+    draw, fig = updating_draw()
+    reused = widgets.interactive_figure(draw, SLIDERS, alt="Bars")
+    rebuilt = widgets.interactive_figure(rebuilding_draw, SLIDERS, alt="Bars")
+    calls = count_draws(monkeypatch)
+    grid = reused.grid
+    first = reused.render(grid[0])
+    assert not plots.layout_frozen(fig)  # the first frame is laid out as usual
+    assert len(calls) == 2  # savefig: layout pass + draw
+    position = fig.axes[0].get_position().bounds
+    frames = [first]
+    for values in grid[1:]:
+        calls.clear()
+        frames.append(reused.render(values))
+        assert len(calls) == 1, "a frozen figure must render in one draw pass"
+    assert plots.layout_frozen(fig)
+    assert fig.axes[0].get_position().bounds == position
+    # pixel for pixel what rebuilding the figure (with a fresh layout) gives
+    assert frames == [rebuilt.render(values) for values in grid]
+    assert payload(reused.to_html())["frames"] == payload(rebuilt.to_html())["frames"]
+
+
+def test_live_widget_redraws_a_reused_figure(live):
+    import ipywidgets
+
+    draw, fig = updating_draw()
+    shown = widgets.interactive_figure(draw, SLIDERS, defaults={"n": 512}, alt="Bars")
+    box = shown.widget()
+    sliders = [w for w in box.children if isinstance(w, ipywidgets.SelectionSlider)]
+    sliders[0].value = 1024
+    sliders[1].value = "float32"
+    assert plots.layout_frozen(fig)
+    assert shown.render({"n": 1024, "dtype": "float32"}) == plots.figure_png(
+        rebuilding_draw(1024, "float32")
+    )
+
+
+def test_redraw_time_moves_from_the_first_to_the_largest_values():
+    calls = []
+
+    def recording(n, dtype):
+        calls.append((n, dtype))
+        return draw(n, dtype)
+
+    widgets.redraw_time(recording, SLIDERS, repeat=2)
+    largest, first = (1024, "float32"), (256, "float16")
+    assert calls == [largest, first, largest, first, largest]
