@@ -7,6 +7,7 @@ Usage: .venv/bin/python scripts/widget_redraw.py [repeat] [--png DIR]  (run in t
 moves a slider); median and max over the frames after the first.
 """
 import os
+import re
 import sys
 import time
 
@@ -16,7 +17,8 @@ os.environ.pop("FLASHLIB_STATIC_WIDGETS", None)
 sys.path.insert(0, os.getcwd())
 from flashlib import widgets  # noqa: E402
 
-CHAPTERS = ["book/intro.md", "book/overflow.md", "book/online-softmax.md"]
+with open("_toc.yml") as toc:  # every chapter in the table of contents
+    CHAPTERS = [f"{p}.md" for p in re.findall(r"(?:root|file): (book/[\w-]+)", toc.read())]
 repeat = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 9
 png_dir = sys.argv[sys.argv.index("--png") + 1] if "--png" in sys.argv else None
 found = []
@@ -33,8 +35,11 @@ for current in CHAPTERS:
     nb = jupytext.read(current)
     cells = [c for c in nb.cells if c.cell_type == "code"
              and "remove-cell" not in c.metadata.get("tags", [])]
-    last = max(i for i, c in enumerate(cells) if "interactive_figure(" in c.source
-               and "import" not in c.source.split("interactive_figure(")[0].splitlines()[-1])
+    last = max((i for i, c in enumerate(cells) if "interactive_figure(" in c.source
+                and "import" not in c.source.split("interactive_figure(")[0].splitlines()[-1]),
+               default=None)
+    if last is None:
+        continue  # a page without widgets (e.g. the references)
     ns = {"__name__": "__main__"}
     cwd = os.getcwd()
     os.chdir("book")
