@@ -1,0 +1,231 @@
+"""Checkers for the exercises of the optimisation-ladder chapter.
+
+Each checker runs the learner's function on several cases, awkward ones included, and returns a
+:class:`flashlib.exercises.Feedback` that names the failing case and what to try.  Exceptions and
+numpy warnings from the learner's code are reported, never raised.
+
+check_scores_base2      fold scale and log2(e) into Q: exp2 of the result is exp(scale q k^T)
+check_pv_and_rowsum     one matmul with [V | 1] gives P V and the row sums of P
+check_needs_rescale     the conditional-rescaling test of rung 5, -inf rows included
+check_causal_tiles      how many tiles a causal FlashAttention computes, and how many it masks
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from flashlib.exercises import Feedback
+from flashlib.flash import LOG2E
+
+__all__ = [
+    "check_scores_base2",
+    "check_pv_and_rowsum",
+    "check_needs_rescale",
+    "check_causal_tiles",
+    "causal_tiles",
+]
+
+
+class _NotAttempted(Exception):
+    pass
+
+
+def _call(fn: Callable[..., Any], *args: Any) -> tuple[Any, str | None]:
+    """(result, problem): problem names an exception or a numpy warning, else None."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result = fn(*args)
+        except NotImplementedError as err:
+            raise _NotAttempted from err
+        except Exception as err:  # the learner's code may raise anything
+            return None, f"raised {type(err).__name__}: {err}"
+    if caught:
+        return result, f"numpy warned '{caught[0].category.__name__}: {caught[0].message}'"
+    return result, None
+
+
+def _attempted(fb: Feedback, check: Callable[[], None]) -> Feedback:
+    try:
+        check()
+    except _NotAttempted:
+        fb.fail("not attempted yet: write your code in place of `raise NotImplementedError`")
+    return fb
+
+
+def check_scores_base2(fn: Callable[[np.ndarray, np.ndarray, float], np.ndarray]) -> Feedback:
+    """``fn(q, k, scale)`` -> ``t`` with ``exp2(t) == exp(scale * q @ k.T)``, q's dtype kept,
+    the constant folded into q (an (n, d) multiply) rather than applied to the (n, n) result."""
+    fb = Feedback("scores in base 2")
+
+    def check() -> None:
+        rng = np.random.default_rng(0)
+        for dtype, tol in ((np.float64, 1e-12), (np.float32, 1e-5)):
+            for n_q, n_k, d in ((5, 7, 4), (1, 3, 8)):
+                q = rng.standard_normal((n_q, d)).astype(dtype)
+                k = rng.standard_normal((n_k, d)).astype(dtype)
+                scale = 1 / np.sqrt(d)
+                name = f"{np.dtype(dtype).name} q {q.shape}, k {k.shape}"
+                got, problem = _call(fn, q, k, scale)
+                if problem:
+                    fb.fail(f"{name}: your function {problem}")
+                    continue
+                got = np.asarray(got)
+                want = scale * (q.astype(np.float64) @ k.T.astype(np.float64)) * LOG2E
+                if got.shape != want.shape:
+                    fb.fail(f"{name}: shape {got.shape}, expected (n_q, n_k) = {want.shape}")
+                elif got.dtype != dtype:
+                    fb.fail(f"{name}: dtype {got.dtype}, expected {np.dtype(dtype).name}: cast "
+                            "the constant scale * LOG2E to q's dtype (q.dtype.type(...)) so "
+                            "numpy does not promote")
+                elif np.allclose(got, want / LOG2E, rtol=tol, atol=tol):
+                    fb.fail(f"{name}: that is scale * q k^T in natural-log units; multiply "
+                            "by log2(e) = LOG2E too, so that exp2 of it equals exp of the "
+                            "score")
+                elif not np.allclose(got, want, rtol=tol, atol=tol):
+                    fb.fail(f"{name}: values off by up to "
+                            f"{np.max(np.abs(got - want)):.3g}; expected "
+                            "(q * (scale * LOG2E)) @ k.T")
+                else:
+                    fb.ok(f"{name}: exp2 of your scores equals exp(scale q k^T)")
+
+    return _attempted(fb, check)
+
+
+def check_pv_and_rowsum(
+    fn: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
+) -> Feedback:
+    """``fn(p, v)`` -> ``(p @ v, p.sum(-1))`` from one matmul of p with [V | 1]."""
+    fb = Feedback("row sum in the matmul")
+
+    def check() -> None:
+        rng = np.random.default_rng(1)
+        cases = [("p (4, 6), v (6, 3)", rng.random((4, 6)), rng.standard_normal((6, 3))),
+                 ("p (1, 1), v (1, 5)", rng.random((1, 1)), rng.standard_normal((1, 5))),
+                 ("batched p (2, 3, 4), v (2, 4, 2)", rng.random((2, 3, 4)),
+                  rng.standard_normal((2, 4, 2))),
+                 ("a row of zeros (a row that saw no key)",
+                  np.vstack([rng.random((1, 5)), np.zeros((1, 5))]),
+                  rng.standard_normal((5, 2)))]
+        for name, p, v in cases:
+            got, problem = _call(fn, p.copy(), v.copy())
+            if problem:
+                fb.fail(f"{name}: your function {problem}")
+                continue
+            try:
+                pv, rowsum = got
+            except (TypeError, ValueError):
+                fb.fail(f"{name}: return a pair (pv, rowsum), got {type(got).__name__}")
+                continue
+            pv, rowsum = np.asarray(pv), np.asarray(rowsum)
+            if pv.shape != p.shape[:-1] + v.shape[-1:]:
+                fb.fail(f"{name}: pv has shape {pv.shape}, expected "
+                        f"{p.shape[:-1] + v.shape[-1:]}: drop the ones column from the "
+                        "product ([..., :-1])")
+            elif rowsum.shape != p.shape[:-1]:
+                fb.fail(f"{name}: rowsum has shape {rowsum.shape}, expected {p.shape[:-1]}: "
+                        "take the last column of the product ([..., -1])")
+            elif not np.allclose(pv, p @ v, atol=1e-12):
+                fb.fail(f"{name}: pv differs from p @ v: append the ones column to v "
+                        "(along its last axis), not to p")
+            elif not np.allclose(rowsum, p.sum(axis=-1), atol=1e-12):
+                fb.fail(f"{name}: rowsum differs from p.sum(-1): the extra column of v must "
+                        "be all ones")
+            else:
+                fb.ok(f"{name}: pv and rowsum correct")
+
+    return _attempted(fb, check)
+
+
+def check_needs_rescale(fn: Callable[[np.ndarray, np.ndarray, float], np.ndarray]) -> Feedback:
+    """``fn(m_old, m_tile, threshold)`` -> boolean array: which rows must rescale (their tile
+    maximum exceeds the stale maximum by more than ``threshold``; a row with no max yet,
+    ``m_old = -inf``, must rescale as soon as it sees a finite score)."""
+    fb = Feedback("when to rescale")
+    inf = np.inf
+    cases = [
+        ("growth below the threshold", [0.0, 1.0], [7.9, 1.0], [False, False],
+         "a max that grows by less than the threshold keeps the stale m"),
+        ("growth above the threshold", [0.0, 5.0], [8.5, 20.0], [True, True],
+         "rescale when m_tile > m_old + threshold"),
+        ("growth exactly the threshold", [0.0], [8.0], [False],
+         "exp2(8) = 256 still cannot overflow: use a strict '>'"),
+        ("first visible score (m_old = -inf)", [-inf, -inf], [3.0, -50.0], [True, True],
+         "a row without a max yet must adopt one: -inf + threshold is still -inf"),
+        ("still no visible key (both -inf)", [-inf], [-inf], [False],
+         "nothing to rescale in a row that has seen no key; -inf > -inf is False"),
+        ("the max went down", [10.0], [-3.0], [False], "a lower tile max never rescales"),
+    ]
+
+    def check() -> None:
+        for name, m_old, m_tile, want, hint in cases:
+            got, problem = _call(fn, np.array(m_old), np.array(m_tile), 8.0)
+            if problem:
+                fb.fail(f"{name}: your function {problem}")
+                continue
+            got = np.asarray(got)
+            if got.shape != (len(want),) or got.dtype != np.bool_:
+                fb.fail(f"{name}: return one boolean per row (shape ({len(want)},)), got "
+                        f"{got.dtype} of shape {got.shape}")
+            elif not np.array_equal(got, want):
+                fb.fail(f"{name}: m_old {m_old}, m_tile {m_tile}: got {got.tolist()}, "
+                        f"expected {want}: {hint}")
+            else:
+                fb.ok(f"{name}: correct")
+
+    return _attempted(fb, check)
+
+
+def causal_tiles(n: int, block_q: int, block_k: int) -> tuple[int, int]:
+    """(computed, masked): tiles a top-left causal FlashAttention computes over an n x n score
+    matrix (the others lie wholly above the diagonal and are skipped), and how many of the
+    computed ones straddle the diagonal and need a mask."""
+    computed = masked = 0
+    for i0 in range(0, n, block_q):
+        i1 = min(i0 + block_q, n)
+        for j0 in range(0, n, block_k):
+            j1 = min(j0 + block_k, n)
+            if j0 <= i1 - 1:  # some row of the block sees key j0
+                computed += 1
+                masked += j1 - 1 > i0  # its top-right entry is hidden
+    return computed, masked
+
+
+def check_causal_tiles(fn: Callable[[int, int, int], tuple[int, int]]) -> Feedback:
+    """``fn(n, block_q, block_k)`` -> (computed, masked) tile counts, as :func:`causal_tiles`."""
+    fb = Feedback("causal tiles")
+    cases = [(4096, 128, 128), (1000, 128, 128), (256, 64, 128), (256, 128, 64), (10, 3, 4),
+             (5, 8, 8)]
+
+    def check() -> None:
+        for n, b_r, b_c in cases:
+            name = f"n = {n}, block_q = {b_r}, block_k = {b_c}"
+            got, problem = _call(fn, n, b_r, b_c)
+            if problem:
+                fb.fail(f"{name}: your function {problem}")
+                continue
+            want = causal_tiles(n, b_r, b_c)
+            total = -(-n // b_r) * -(-n // b_c)
+            try:
+                computed, masked = (int(x) for x in got)
+            except (TypeError, ValueError):
+                fb.fail(f"{name}: return a pair (computed, masked), got {got!r}")
+                continue
+            if computed == total and want[0] < total:
+                fb.fail(f"{name}: you count all {total} tiles; skip the tiles whose first key "
+                        "j0 lies beyond the block's last row (j0 > i1 - 1)")
+            elif computed != want[0]:
+                fb.fail(f"{name}: computed tiles {computed}, expected {want[0]}; a tile is "
+                        "needed when some row i < i1 sees its first key j0 (j0 <= i1 - 1), "
+                        "and blocks at the end may be ragged")
+            elif masked != want[1]:
+                fb.fail(f"{name}: masked tiles {masked}, expected {want[1]}; a computed tile "
+                        "needs a mask when its top-right entry (i0, j1 - 1) is hidden")
+            else:
+                fb.ok(f"{name}: {computed} tiles computed of {total}, {masked} masked")
+
+    return _attempted(fb, check)

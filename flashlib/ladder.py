@@ -1,0 +1,393 @@
+"""The optimisation ladder: the FlashAttention-2 forward, one CPU trick at a time.
+
+Each rung is a complete, exact attention forward (``causal`` supported, rows that see no key give
+0) that adds one trick to the rung before it, and each trick mirrors one a GPU kernel uses:
+
+====  ==========================  ===========================================================
+rung  function                    trick (GPU counterpart)
+====  ==========================  ===========================================================
+ -    :func:`naive_inplace`       baseline: standard attention done as well as numpy can
+ 0    :func:`rung0_plain`         the paper's loop, one head at a time, ``exp``, fresh arrays
+ 1    :func:`rung1_exp2`          scale and log2(e) folded into Q, ``exp2`` (flash-attn's
+                                  softmax: one FFMA and an ``exp2`` per score)
+ 2    :func:`rung2_buffers`       K^T laid out once, preallocated tiles, ``out=``, in-place
+                                  ops (tiles staged in shared memory in the layout the matrix
+                                  units read, living in registers, never reallocated)
+ 3    :func:`rung3_heads`         every head in one batched matmul (the grid over
+                                  batch x heads: one thread block per (head, query block))
+ 4    :func:`rung4_ones_column`   the row sum l rides in P @ [V | 1] (work moved from the slow
+                                  units onto the matmul units)
+ 5    :func:`rung5_lazy_rescale`  conditional rescaling: rescale acc only when the max grows by
+                                  more than 2**8 (an idea described for FlashAttention-4)
+ 6    :func:`rung6_stale_max`     the stale max rides in the Q K^T matmul: [Q, -m] @ [K^T; 1],
+                                  no max pass; a too-large row sum triggers the exact step
+ 7    :func:`flashlib.flash_attention`  the library version: rung 6 keeping only one O(n d)
+                                  copy (of K; row sums as s @ 1 instead of a ones column in
+                                  V), skipping hidden causal tiles, masking only the diagonal
+                                  ones (FlashAttention-2's causal tile skipping)
+====  ==========================  ===========================================================
+
+The rungs take no explicit ``mask`` (the library's :func:`flashlib.flash_attention` does);
+``causal`` rungs before the last one apply the causal mask to every tile, skipping none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from flashlib._validate import check_block, check_problem
+from flashlib.flash import BLOCK_K, BLOCK_Q, LOG2E, STALE_LIMIT, compute_dtype, flash_attention
+from flashlib.masks import tile_mask
+
+__all__ = [
+    "naive_inplace",
+    "rung0_plain",
+    "rung1_exp2",
+    "rung2_buffers",
+    "rung3_heads",
+    "rung4_ones_column",
+    "rung5_lazy_rescale",
+    "rung6_stale_max",
+    "RUNGS",
+    "RESCALE_THRESHOLD",
+]
+
+#: Rung 5 rescales acc only when a row's maximum grows by more than this (base-2 units), so
+#: the terms exp2(s - m_i) stay below 2**8 = 256: no overflow, the same result up to rounding.
+RESCALE_THRESHOLD = 8.0
+
+
+def _setup(q, k, v, block_q, block_k, causal, scale):
+    """Validate, flatten to (B, n, d) and pick the compute dtype (float32 for float16)."""
+    p = check_problem(q, k, v, causal=causal, scale=scale)
+    return p, check_block(block_q, "block_q"), check_block(block_k, "block_k"), compute_dtype(
+        p.dtype
+    )
+
+
+def _finish(p, acc: np.ndarray, l: np.ndarray) -> np.ndarray:  # noqa: E741
+    """o = acc / l (0 for rows that saw no key), in q's dtype and shape."""
+    seen = l > 0
+    o = np.divide(acc, l[..., None], out=np.zeros_like(acc), where=seen[..., None])
+    return p.unflatten(o.astype(p.dtype, copy=False))
+
+
+def naive_inplace(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool | str = False,
+    scale: float | None = None,
+) -> np.ndarray:
+    """Standard attention as fast as numpy does it: the baseline of every rung.
+
+    One head at a time: the scale folded into Q (O(n d) work, not O(n^2)), S exponentiated in
+    place, and the n x d output normalised instead of the n x n matrix.  Stores one
+    (n_q, n_k) matrix per head.  q: (..., n_q, d), k: (..., n_k, d), v: (..., n_k, d_v).
+    """
+    p = check_problem(q, k, v, causal=causal, scale=scale)
+    dtype = compute_dtype(p.dtype)
+    n_q, n_k = p.n_q, p.n_k
+    o = np.empty(p.q.shape[:-1] + p.v.shape[-1:], dtype=dtype)
+    hidden = None
+    if p.offset is not None:  # row i may see key j when j <= i + offset
+        hidden = np.arange(n_k)[None, :] > np.arange(n_q)[:, None] + p.offset
+    for b in range(p.q.shape[0]):
+        s = (p.q[b].astype(dtype) * dtype.type(p.scale)) @ p.k[b].T.astype(dtype)
+        if hidden is not None:
+            s[hidden] = -np.inf
+        m = s.max(axis=-1, keepdims=True) if n_k else np.zeros((n_q, 1), dtype)
+        m[np.isneginf(m)] = 0  # rows that see no key: exp(-inf - 0) = 0, no NaN
+        s -= m
+        np.exp(s, out=s)
+        l = s.sum(axis=-1, keepdims=True)  # noqa: E741
+        o[b] = s @ p.v[b].astype(dtype)
+        np.divide(o[b], l, out=o[b], where=l > 0)
+    return p.unflatten(o.astype(p.dtype, copy=False))
+
+
+def rung0_plain(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, *, block_q: int = BLOCK_Q,
+    block_k: int = BLOCK_K, causal: bool | str = False, scale: float | None = None,
+) -> np.ndarray:
+    """Rung 0: the FlashAttention-2 forward as the paper writes it, one head at a time."""
+    p, block_q, block_k, dtype = _setup(q, k, v, block_q, block_k, causal, scale)
+    n_b, n_q, n_k, d_v = p.q.shape[0], p.n_q, p.n_k, p.v.shape[-1]
+    acc_all = np.zeros((n_b, n_q, d_v), dtype=dtype)
+    l_all = np.zeros((n_b, n_q), dtype=dtype)
+    for b in range(n_b):  # one head at a time
+        for i0 in range(0, n_q, block_q):
+            i1 = min(i0 + block_q, n_q)
+            q_i = p.q[b, i0:i1].astype(dtype)
+            m_i = np.full(i1 - i0, -np.inf, dtype=dtype)
+            l_i = np.zeros(i1 - i0, dtype=dtype)
+            acc = np.zeros((i1 - i0, d_v), dtype=dtype)
+            for j0 in range(0, n_k, block_k):
+                j1 = min(j0 + block_k, n_k)
+                s = (q_i @ p.k[b, j0:j1].T.astype(dtype)) * p.scale  # S_ij
+                visible = tile_mask(i0, i1, j0, j1, p.offset, None)
+                if visible is not None:
+                    s = np.where(visible, s, -np.inf)
+                m_new = np.maximum(m_i, s.max(axis=-1))
+                m_ref = np.where(np.isneginf(m_new), 0, m_new)  # no exp(-inf + inf)
+                p_ij = np.exp(s - m_ref[:, None])  # P~_ij
+                alpha = np.exp(m_i - m_ref)
+                l_i = alpha * l_i + p_ij.sum(axis=-1)
+                acc = alpha[:, None] * acc + p_ij @ p.v[b, j0:j1].astype(dtype)
+                m_i = m_new
+            acc_all[b, i0:i1], l_all[b, i0:i1] = acc, l_i
+    return _finish(p, acc_all, l_all)
+
+
+def rung1_exp2(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, *, block_q: int = BLOCK_Q,
+    block_k: int = BLOCK_K, causal: bool | str = False, scale: float | None = None,
+) -> np.ndarray:
+    """Rung 1: scale * log2(e) folded into Q once; exp2 instead of exp, no per-tile scaling."""
+    p, block_q, block_k, dtype = _setup(q, k, v, block_q, block_k, causal, scale)
+    n_b, n_q, n_k, d_v = p.q.shape[0], p.n_q, p.n_k, p.v.shape[-1]
+    q2 = p.q.astype(dtype) * dtype.type(float(p.scale) * LOG2E)  # exp(x) = exp2(x log2 e)
+    acc_all = np.zeros((n_b, n_q, d_v), dtype=dtype)
+    l_all = np.zeros((n_b, n_q), dtype=dtype)
+    for b in range(n_b):
+        for i0 in range(0, n_q, block_q):
+            i1 = min(i0 + block_q, n_q)
+            m_i = np.full(i1 - i0, -np.inf, dtype=dtype)
+            l_i = np.zeros(i1 - i0, dtype=dtype)
+            acc = np.zeros((i1 - i0, d_v), dtype=dtype)
+            for j0 in range(0, n_k, block_k):
+                j1 = min(j0 + block_k, n_k)
+                s = q2[b, i0:i1] @ p.k[b, j0:j1].T.astype(dtype)  # base-2 scores
+                visible = tile_mask(i0, i1, j0, j1, p.offset, None)
+                if visible is not None:
+                    s = np.where(visible, s, -np.inf)
+                m_new = np.maximum(m_i, s.max(axis=-1))
+                m_ref = np.where(np.isneginf(m_new), 0, m_new)
+                p_ij = np.exp2(s - m_ref[:, None])
+                alpha = np.exp2(m_i - m_ref)
+                l_i = alpha * l_i + p_ij.sum(axis=-1)
+                acc = alpha[:, None] * acc + p_ij @ p.v[b, j0:j1].astype(dtype)
+                m_i = m_new
+            acc_all[b, i0:i1], l_all[b, i0:i1] = acc, l_i
+    return _finish(p, acc_all, l_all)
+
+
+def rung2_buffers(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, *, block_q: int = BLOCK_Q,
+    block_k: int = BLOCK_K, causal: bool | str = False, scale: float | None = None,
+) -> np.ndarray:
+    """Rung 2: K^T copied once into the layout the matmul reads fastest, one preallocated
+    tile, matmul with ``out=``, subtract and exp2 in place."""
+    p, block_q, block_k, dtype = _setup(q, k, v, block_q, block_k, causal, scale)
+    n_b, n_q, n_k, d_v = p.q.shape[0], p.n_q, p.n_k, p.v.shape[-1]
+    q2 = p.q.astype(dtype) * dtype.type(float(p.scale) * LOG2E)
+    k_t = np.ascontiguousarray(p.k.swapaxes(-1, -2), dtype=dtype)  # (B, d, n_k), a copy
+    v = p.v.astype(dtype, copy=False)
+    acc_all = np.zeros((n_b, n_q, d_v), dtype=dtype)
+    l_all = np.zeros((n_b, n_q), dtype=dtype)
+    s_buf = np.empty((min(block_q, n_q), min(block_k, n_k)), dtype=dtype)  # the tile
+    pv = np.empty((min(block_q, n_q), d_v), dtype=dtype)
+    for b in range(n_b):
+        for i0 in range(0, n_q, block_q):
+            i1 = min(i0 + block_q, n_q)
+            m_i = np.full(i1 - i0, -np.inf, dtype=dtype)
+            l_i, acc = l_all[b, i0:i1], acc_all[b, i0:i1]  # accumulate in place
+            for j0 in range(0, n_k, block_k):
+                j1 = min(j0 + block_k, n_k)
+                s = np.matmul(q2[b, i0:i1], k_t[b, :, j0:j1], out=s_buf[: i1 - i0, : j1 - j0])
+                visible = tile_mask(i0, i1, j0, j1, p.offset, None)
+                if visible is not None:
+                    np.copyto(s, -np.inf, where=~visible)
+                m_new = np.maximum(m_i, s.max(axis=-1))
+                m_ref = np.where(np.isneginf(m_new), 0, m_new)
+                s -= m_ref[:, None]
+                np.exp2(s, out=s)
+                alpha = np.exp2(m_i - m_ref)
+                l_i *= alpha
+                l_i += s.sum(axis=-1)
+                acc *= alpha[:, None]
+                acc += np.matmul(s, v[b, j0:j1], out=pv[: i1 - i0])
+                m_i = m_new
+    return _finish(p, acc_all, l_all)
+
+
+def rung3_heads(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, *, block_q: int = BLOCK_Q,
+    block_k: int = BLOCK_K, causal: bool | str = False, scale: float | None = None,
+) -> np.ndarray:
+    """Rung 3: rung 2 for every head at once: each numpy call works on a (B, B_r, B_c) tile."""
+    p, block_q, block_k, dtype = _setup(q, k, v, block_q, block_k, causal, scale)
+    n_b, n_q, n_k, d_v = p.q.shape[0], p.n_q, p.n_k, p.v.shape[-1]
+    q2 = p.q.astype(dtype) * dtype.type(float(p.scale) * LOG2E)
+    k_t = np.ascontiguousarray(p.k.swapaxes(-1, -2), dtype=dtype)
+    v = p.v.astype(dtype, copy=False)
+    acc_all = np.zeros((n_b, n_q, d_v), dtype=dtype)
+    l_all = np.zeros((n_b, n_q), dtype=dtype)
+    s_buf = np.empty((n_b, min(block_q, n_q), min(block_k, n_k)), dtype=dtype)
+    pv = np.empty((n_b, min(block_q, n_q), d_v), dtype=dtype)
+    for i0 in range(0, n_q, block_q):  # no loop over heads any more
+        i1 = min(i0 + block_q, n_q)
+        m_i = np.full((n_b, i1 - i0), -np.inf, dtype=dtype)
+        l_i, acc = l_all[:, i0:i1], acc_all[:, i0:i1]
+        for j0 in range(0, n_k, block_k):
+            j1 = min(j0 + block_k, n_k)
+            s = np.matmul(q2[:, i0:i1], k_t[:, :, j0:j1], out=s_buf[:, : i1 - i0, : j1 - j0])
+            visible = tile_mask(i0, i1, j0, j1, p.offset, None)
+            if visible is not None:
+                np.copyto(s, -np.inf, where=~visible)
+            m_new = np.maximum(m_i, s.max(axis=-1))
+            m_ref = np.where(np.isneginf(m_new), 0, m_new)
+            s -= m_ref[..., None]
+            np.exp2(s, out=s)
+            alpha = np.exp2(m_i - m_ref)
+            l_i *= alpha
+            l_i += s.sum(axis=-1)
+            acc *= alpha[..., None]
+            acc += np.matmul(s, v[:, j0:j1], out=pv[:, : i1 - i0])
+            m_i = m_new
+    return _finish(p, acc_all, l_all)
+
+
+def _with_ones(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """[x | 1]: x (B, n, c) with a last column of ones, (B, n, c + 1), in ``dtype``."""
+    out = np.empty(x.shape[:-1] + (x.shape[-1] + 1,), dtype=dtype)
+    out[..., :-1] = x
+    out[..., -1] = 1
+    return out
+
+
+def rung4_ones_column(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, *, block_q: int = BLOCK_Q,
+    block_k: int = BLOCK_K, causal: bool | str = False, scale: float | None = None,
+) -> np.ndarray:
+    """Rung 4: P @ [V | 1] gives the tile's P V and its row sums l in one matmul."""
+    p, block_q, block_k, dtype = _setup(q, k, v, block_q, block_k, causal, scale)
+    n_b, n_q, n_k, d_v = p.q.shape[0], p.n_q, p.n_k, p.v.shape[-1]
+    q2 = p.q.astype(dtype) * dtype.type(float(p.scale) * LOG2E)
+    k_t = np.ascontiguousarray(p.k.swapaxes(-1, -2), dtype=dtype)
+    v1 = _with_ones(p.v, dtype)  # [V | 1]: (B, n_k, d_v + 1)
+    acc_all = np.zeros((n_b, n_q, d_v + 1), dtype=dtype)  # [sum P V | l]
+    s_buf = np.empty((n_b, min(block_q, n_q), min(block_k, n_k)), dtype=dtype)
+    pv = np.empty((n_b, min(block_q, n_q), d_v + 1), dtype=dtype)
+    for i0 in range(0, n_q, block_q):
+        i1 = min(i0 + block_q, n_q)
+        m_i = np.full((n_b, i1 - i0), -np.inf, dtype=dtype)
+        acc = acc_all[:, i0:i1]
+        for j0 in range(0, n_k, block_k):
+            j1 = min(j0 + block_k, n_k)
+            s = np.matmul(q2[:, i0:i1], k_t[:, :, j0:j1], out=s_buf[:, : i1 - i0, : j1 - j0])
+            visible = tile_mask(i0, i1, j0, j1, p.offset, None)
+            if visible is not None:
+                np.copyto(s, -np.inf, where=~visible)
+            m_new = np.maximum(m_i, s.max(axis=-1))
+            m_ref = np.where(np.isneginf(m_new), 0, m_new)
+            s -= m_ref[..., None]
+            np.exp2(s, out=s)
+            acc *= np.exp2(m_i - m_ref)[..., None]  # rescales P V and l together
+            acc += np.matmul(s, v1[:, j0:j1], out=pv[:, : i1 - i0])
+            m_i = m_new
+    return _finish(p, acc_all[..., :d_v], acc_all[..., d_v])
+
+
+def rung5_lazy_rescale(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, *, block_q: int = BLOCK_Q,
+    block_k: int = BLOCK_K, causal: bool | str = False, scale: float | None = None,
+) -> np.ndarray:
+    """Rung 5: keep a stale max m_i until a row's max grows by more than RESCALE_THRESHOLD.
+
+    exp2(s - m_i) <= 2**RESCALE_THRESHOLD cannot overflow, and acc / l does not depend on
+    which m_i both were computed against: same result up to rounding, fewer rescales.
+    """
+    p, block_q, block_k, dtype = _setup(q, k, v, block_q, block_k, causal, scale)
+    n_b, n_q, n_k, d_v = p.q.shape[0], p.n_q, p.n_k, p.v.shape[-1]
+    q2 = p.q.astype(dtype) * dtype.type(float(p.scale) * LOG2E)
+    k_t = np.ascontiguousarray(p.k.swapaxes(-1, -2), dtype=dtype)
+    v1 = _with_ones(p.v, dtype)
+    acc_all = np.zeros((n_b, n_q, d_v + 1), dtype=dtype)
+    s_buf = np.empty((n_b, min(block_q, n_q), min(block_k, n_k)), dtype=dtype)
+    pv = np.empty((n_b, min(block_q, n_q), d_v + 1), dtype=dtype)
+    for i0 in range(0, n_q, block_q):
+        i1 = min(i0 + block_q, n_q)
+        m_i = np.full((n_b, i1 - i0), -np.inf, dtype=dtype)
+        m_ref = np.zeros_like(m_i)  # finite stand-in for m_i while a row has seen no key
+        acc = acc_all[:, i0:i1]
+        for j0 in range(0, n_k, block_k):
+            j1 = min(j0 + block_k, n_k)
+            s = np.matmul(q2[:, i0:i1], k_t[:, :, j0:j1], out=s_buf[:, : i1 - i0, : j1 - j0])
+            visible = tile_mask(i0, i1, j0, j1, p.offset, None)
+            if visible is not None:
+                np.copyto(s, -np.inf, where=~visible)
+            m_tile = s.max(axis=-1)
+            if (m_tile > m_i + RESCALE_THRESHOLD).any():  # only then: a new max, rescale
+                m_new = np.maximum(m_i, m_tile)
+                m_new_ref = np.where(np.isneginf(m_new), 0, m_new)
+                acc *= np.exp2(m_i - m_new_ref)[..., None]
+                m_i, m_ref = m_new, m_new_ref
+            s -= m_ref[..., None]
+            np.exp2(s, out=s)  # every term <= 2**RESCALE_THRESHOLD
+            acc += np.matmul(s, v1[:, j0:j1], out=pv[:, : i1 - i0])
+    return _finish(p, acc_all[..., :d_v], acc_all[..., d_v])
+
+
+def rung6_stale_max(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, *, block_q: int = BLOCK_Q,
+    block_k: int = BLOCK_K, causal: bool | str = False, scale: float | None = None,
+) -> np.ndarray:
+    """Rung 6: [Q_i, -m_i] @ [K_j^T; 1] = S_ij - m_i, so the stale max costs no pass at all.
+
+    No max over the tile either: the row sums l (from the ones column of rung 4) bound every
+    term, and a tile whose row sum exceeds STALE_LIMIT (or overflows) is redone exactly,
+    against its true maximum.  Masked tiles and the first tile of each block take that
+    exact step too.
+    """
+    p, block_q, block_k, dtype = _setup(q, k, v, block_q, block_k, causal, scale)
+    n_b, n_q, n_k, d, d_v = p.q.shape[0], p.n_q, p.n_k, p.q.shape[-1], p.v.shape[-1]
+    q_aug = _with_ones(p.q * dtype.type(float(p.scale) * LOG2E), dtype)  # last column: -m_i
+    k_aug = np.empty((n_b, d + 1, n_k), dtype=dtype)  # [K^T; 1], laid out like rung 2's K^T
+    k_aug[:, :d] = p.k.swapaxes(-1, -2)
+    k_aug[:, d] = 1
+    v1 = _with_ones(p.v, dtype)
+    acc_all = np.zeros((n_b, n_q, d_v + 1), dtype=dtype)
+    s_buf = np.empty((n_b, min(block_q, n_q), min(block_k, n_k)), dtype=dtype)
+    pv = np.empty((n_b, min(block_q, n_q), d_v + 1), dtype=dtype)
+    for i0 in range(0, n_q, block_q):
+        i1 = min(i0 + block_q, n_q)
+        q_i, acc = q_aug[:, i0:i1], acc_all[:, i0:i1]
+        m_i = np.full((n_b, i1 - i0), -np.inf, dtype=dtype)
+        for j0 in range(0, n_k, block_k):
+            j1 = min(j0 + block_k, n_k)
+            s, pv_ij = s_buf[:, : i1 - i0, : j1 - j0], pv[:, : i1 - i0]
+            visible = tile_mask(i0, i1, j0, j1, p.offset, None)
+            if visible is None and np.isfinite(m_i).all():  # fast step
+                np.matmul(q_i, k_aug[:, :, j0:j1], out=s)  # S_ij - m_i
+                with np.errstate(over="ignore"):
+                    np.exp2(s, out=s)
+                np.matmul(s, v1[:, j0:j1], out=pv_ij)
+                if (pv_ij[..., d_v] <= STALE_LIMIT).all():
+                    acc += pv_ij
+                    continue
+            np.matmul(q_i[..., :d], k_aug[:, :d, j0:j1], out=s)  # exact step
+            if visible is not None:
+                np.copyto(s, -np.inf, where=~visible)
+            m_new = np.maximum(m_i, s.max(axis=-1))
+            m_ref = np.where(np.isneginf(m_new), 0, m_new)
+            s -= m_ref[..., None]
+            np.exp2(s, out=s)
+            acc *= np.exp2(m_i - m_ref)[..., None]
+            acc += np.matmul(s, v1[:, j0:j1], out=pv_ij)
+            m_i = m_new
+            q_i[..., d] = -m_ref
+    return _finish(p, acc_all[..., :d_v], acc_all[..., d_v])
+
+
+#: The ladder in order: (label, function).  Every function has the signature
+#: f(q, k, v, *, block_q, block_k, causal) -> o, except the baseline (no blocks).
+RUNGS: list[tuple[str, Callable[..., np.ndarray]]] = [
+    ("0 plain FA2 loop", rung0_plain),
+    ("1 exp2, scale in Q", rung1_exp2),
+    ("2 K^T once, tile buffers", rung2_buffers),
+    ("3 all heads batched", rung3_heads),
+    ("4 ones column", rung4_ones_column),
+    ("5 lazy rescale", rung5_lazy_rescale),
+    ("6 stale max in matmul", rung6_stale_max),
+    ("7 flash_attention", flash_attention),
+]
