@@ -4,21 +4,27 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# Benchmarks and tests pin their own threads; keep BLAS from oversubscribing the 2 cores.
+# Silences a debugger warning that Jupyter kernels print when they start.
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: book test notebooks lab lint bench clean
+.PHONY: book test notebooks lab lint bench constraints clean
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet -r requirements.txt -c constraints.txt
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
 ## make book: execute every chapter and build the static site into _build/html
+# The execution cache is keyed on the chapters' code cells only; when flashlib changes, the
+# glued numbers and figures must be recomputed, so the cache is dropped.
+FLASHLIB_HASH := $(shell cat flashlib/*.py | sha256sum | cut -c1-16)
 book: $(STAMP)
+	@if [ "$$(cat _build/.flashlib-hash 2>/dev/null)" != "$(FLASHLIB_HASH)" ]; then \
+		echo "flashlib changed: re-executing every chapter"; rm -rf _build/.jupyter_cache; fi
 	$(BIN)/jupyter-book build . -W -n --keep-going
+	echo "$(FLASHLIB_HASH)" > _build/.flashlib-hash
 
 ## make test: the whole suite (numerics, notebooks in sync, lint, browser tests on the built site)
 test: book
@@ -43,6 +49,13 @@ bench: $(STAMP)
 		--blocks 64x64,128x64,128x128,256x256
 	$(BIN)/python -m flashlib.bench ladder --n 4096
 	$(BIN)/python scripts/widget_redraw.py
+
+## make constraints: re-pin every package of the environment after changing requirements.txt
+constraints: $(STAMP)
+	{ sed -n '1,3p' constraints.txt; $(BIN)/pip freeze --exclude-editable | grep -v '^flashlib' \
+		| sed 's/^torch==\(.*\)+cpu/torch==\1/'; \
+		$(BIN)/pip freeze --all | grep -E '^(setuptools|wheel)=='; } > constraints.tmp
+	mv constraints.tmp constraints.txt
 
 clean:
 	rm -rf _build

@@ -12,6 +12,12 @@ import numpy as np
 
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
+#: Largest tile side used by the tiled implementations.  A larger ``block_q``/``block_k`` is
+#: clamped to it, so a tile never holds more than MAX_BLOCK**2 scores per head and the extra
+#: memory stays O(n) whatever block size is asked for (bigger tiles are no faster on a CPU:
+#: see the table above flashlib.flash.BLOCK_Q).
+MAX_BLOCK = 512
+
 
 class Problem(NamedTuple):
     """The validated inputs of one attention call, flattened to a single leading batch axis.
@@ -60,12 +66,19 @@ def as_float_array(x: object, name: str) -> np.ndarray:
 
 
 def check_block(value: object, name: str) -> int:
-    """A block size: a positive Python or numpy integer (``bool`` is refused)."""
+    """A block size: a positive Python or numpy integer (``bool`` is refused), clamped to
+    :data:`MAX_BLOCK`."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be a positive integer, got {value!r}")
     if value <= 0:
         raise ValueError(f"{name} must be a positive integer, got {value}")
-    return int(value)
+    return min(int(value), MAX_BLOCK)
+
+
+def check_finite(x: np.ndarray, name: str) -> None:
+    """Refuse NaN and infinities, which would otherwise turn into NaN outputs."""
+    if not np.isfinite(x).all():
+        raise ValueError(f"{name} must contain only finite values (found NaN or inf)")
 
 
 def causal_offset(causal: object, n_q: int, n_k: int) -> int | None:
@@ -74,6 +87,8 @@ def causal_offset(causal: object, n_q: int, n_k: int) -> int | None:
     ``False`` -> None (no causal mask); ``True`` or ``"top_left"`` -> 0 (PyTorch SDPA's
     ``is_causal``); ``"bottom_right"`` -> ``n_k - n_q`` (flash-attn >= 2.1).
     """
+    if isinstance(causal, np.bool_):
+        causal = bool(causal)
     if causal is False or causal is None:
         return None
     if causal is True or (isinstance(causal, str) and causal == "top_left"):
@@ -115,9 +130,11 @@ def check_scale(scale: object, d: int, dtype: np.dtype) -> np.floating:
         return dtype.type(1.0 / np.sqrt(d)) if d > 0 else dtype.type(1.0)
     if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.number)):
         raise TypeError(f"scale must be a real number or None, got {scale!r}")
-    if not np.isfinite(scale):
-        raise ValueError(f"scale must be finite, got {scale}")
-    return dtype.type(scale)
+    with np.errstate(over="ignore"):
+        cast = dtype.type(scale)
+    if not np.isfinite(cast):
+        raise ValueError(f"scale must be finite in {dtype}, got {scale}")
+    return cast
 
 
 def check_problem(
@@ -156,6 +173,8 @@ def check_problem(
         raise ValueError(
             f"v must have as many rows as k (n_k = {k.shape[-2]}), got v of shape {v.shape}"
         )
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_finite(x, name)
     batch_shape = q.shape[:-2]
     n_q, d = q.shape[-2:]
     n_k, d_v = v.shape[-2:]

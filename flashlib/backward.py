@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashlib._validate import check_block, check_like, check_problem
+from flashlib._validate import check_block, check_finite, check_like, check_problem
 from flashlib.flash import compute_dtype
 from flashlib.masks import tile_mask
 
@@ -45,7 +45,8 @@ def flash_attention_backward(
     return_lse=True)``, recomputing P tile by tile; P is never stored or passed in.
 
     q: (..., n_q, d), k: (..., n_k, d), v: (..., n_k, d_v), o and do: (..., n_q, d_v),
-    lse: (..., n_q).  Options must match the forward call.  Returns arrays of q's dtype.
+    lse: (..., n_q).  Options must match the forward call (block sizes need not; they are
+    clamped to MAX_BLOCK).  Returns arrays of q's dtype.
     """
     p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale)
     block_q = check_block(block_q, "block_q")
@@ -54,6 +55,10 @@ def flash_attention_backward(
     o = check_like(o, "o", p.batch_shape + (n_q, d_v), p.dtype)
     do = check_like(do, "do", p.batch_shape + (n_q, d_v), p.dtype)
     lse = check_like(lse, "lse", p.batch_shape + (n_q,), None)
+    check_finite(o, "o")
+    check_finite(do, "do")
+    if np.isnan(lse).any() or np.isposinf(lse).any():
+        raise ValueError("lse must not contain NaN or +inf (-inf marks rows that see no key)")
     dtype = compute_dtype(p.dtype)
 
     q_s = p.q.astype(dtype) * dtype.type(p.scale)  # scale folded into Q

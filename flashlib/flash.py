@@ -4,8 +4,9 @@ For each block of ``B_r`` query rows the kernel streams over the key/value block
 keeping only the running row maximum ``m_i``, the running sum ``l_i`` and the unnormalised output
 ``acc`` (Dao 2023, Section 3.1).  The division by ``l_i`` happens once, at the end, and only the
 logsumexp ``lse = m + log(l)`` is kept for the backward pass.  No ``(n_q, n_k)`` array is ever
-built: beyond inputs and outputs the memory is one ``(B_r, B_c)`` tile per head, one copy of K
-and O(n) state.
+built: beyond inputs and outputs the memory is one ``(B_r, B_c)`` tile per head (block sizes are
+clamped to ``MAX_BLOCK``, so this holds for any block size asked for), one copy of K and O(n)
+state.
 
 The tricks GPU kernels use, applied here (the optimisation-ladder chapter measures each one):
 
@@ -170,7 +171,8 @@ def flash_attention(
     """Exact attention in the FlashAttention-2 loop order, in O(n) extra memory.
 
     q: (..., n_q, d), k: (..., n_k, d), v: (..., n_k, d_v) -> o: (..., n_q, d_v), q's dtype.
-    block_q, block_k: the tile sizes B_r and B_c (defaults measured, see BLOCK_Q above).
+    block_q, block_k: the tile sizes B_r and B_c (defaults measured, see BLOCK_Q above),
+    clamped to flashlib._validate.MAX_BLOCK.
     causal: False, True / "top_left" (row i sees j <= i), "bottom_right" (j <= i + n_k - n_q).
     mask: boolean, broadcastable to (..., n_q, n_k); True = may attend.
     scale: defaults to 1/sqrt(d), cast to the input dtype.

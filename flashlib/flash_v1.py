@@ -32,7 +32,8 @@ def flash_attention_v1(
     """Exact attention, Algorithm 1 order: outer loop over K/V blocks, inner over Q blocks.
 
     q: (..., n_q, d), k: (..., n_k, d), v: (..., n_k, d_v) -> o: (..., n_q, d_v), q's dtype.
-    block_q, block_k: B_r and B_c.  causal, mask and scale as in :func:`flash_attention`.
+    block_q, block_k: B_r and B_c (clamped to MAX_BLOCK).
+    causal, mask and scale as in :func:`flash_attention`.
     """
     p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale)
     block_q = check_block(block_q, "block_q")

@@ -1,14 +1,15 @@
 """Standard attention, the textbook way: materialise S = Q K^T and P = softmax(S).
 
 This is the reference every faster implementation is checked against, and the baseline the
-book measures.  It stores two n_q x n_k matrices per head.
+book measures.  It holds one n_q x n_k matrix per head: S, overwritten in place by P (a version
+that kept both would need twice as much).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from flashlib._validate import Problem, check_like, check_problem
+from flashlib._validate import Problem, check_finite, check_like, check_problem
 from flashlib.masks import visible_keys
 
 __all__ = ["naive_attention", "naive_attention_backward"]
@@ -81,6 +82,7 @@ def naive_attention_backward(
     """
     p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale)
     do = check_like(do, "do", p.batch_shape + (p.n_q, p.v.shape[-1]), p.dtype)
+    check_finite(do, "do")
     do = do.reshape(p.q.shape[0], p.n_q, -1)
     probs, _ = _probabilities(p)
     dv = probs.swapaxes(-1, -2) @ do

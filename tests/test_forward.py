@@ -342,3 +342,38 @@ def test_non_contiguous_inputs(name, rng):
                            np.ascontiguousarray(v), mask=np.ascontiguousarray(mask),
                            causal="bottom_right")
     assert max_err(o, ref) <= F64_TOL
+
+
+def test_public_signatures():
+    """The keyword-only options and defaults the chapters and outside checks rely on."""
+    import inspect
+
+    sig = inspect.signature(flash_attention)
+    assert list(sig.parameters)[:3] == ["q", "k", "v"]
+    kw = {n: p.default for n, p in sig.parameters.items() if p.kind is p.KEYWORD_ONLY}
+    assert kw == {"block_q": flashlib.flash.BLOCK_Q, "block_k": flashlib.flash.BLOCK_K,
+                  "causal": False, "mask": None, "scale": None, "return_lse": False}
+    for fn in (flash_attention_v1, flashlib.flash_attention_backward):
+        kw = {n: p.default for n, p in inspect.signature(fn).parameters.items()
+              if p.kind is p.KEYWORD_ONLY}
+        assert kw == {"block_q": 64, "block_k": 64, "causal": False, "mask": None,
+                      "scale": None}
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("causal", [False, True, "bottom_right"])
+@pytest.mark.parametrize("mask_kind", [None, "random", "key_padding"])
+def test_default_blocks_multi_tile(dtype, causal, mask_kind, rng):
+    """At the default tile sizes, with several tiles in both directions and ragged edges."""
+    lead, n_q, n_k = (2, 3), 301, 457
+    q, k, v = make_qkv(rng, lead, n_q, n_k, 64, dtype=dtype)
+    mask = make_mask(rng, mask_kind, lead, n_q, n_k)
+    ref, ref_lse = ref_attention(q, k, v, causal=causal, mask=mask)
+    o, lse = flash_attention(q, k, v, causal=causal, mask=mask, return_lse=True)
+    assert o.dtype == dtype and lse.shape == lead + (n_q,)
+    np.testing.assert_array_equal(np.isneginf(lse), np.isneginf(ref_lse))
+    if dtype == np.float64:
+        assert max_err(o, ref) <= F64_TOL
+    else:
+        err_naive = max_err(naive_attention(q, k, v, causal=causal, mask=mask), ref)
+        assert max_err(o, ref) <= max(2 * err_naive, error_floor(dtype, ref))

@@ -55,6 +55,8 @@ MEMORY_CASES = [
     (16384, 1024, 1024, False),
     (16384, 1024, 1024, True),
     (8192, 16, 64, True),
+    (16384, 16384, 16384, False),  # block = n: tiles are clamped to MAX_BLOCK
+    (16384, flashlib.flash.BLOCK_Q, flashlib.flash.BLOCK_K, True),  # the defaults
 ]
 
 
@@ -157,3 +159,27 @@ def test_no_float64_promotion(dtype):
         found = _float64_locals(call)
         assert not found, f"{label} built float64 arrays from {np.dtype(dtype)} inputs: {found}"
     assert o.dtype == dtype and lse.dtype == np.float32
+
+
+@pytest.mark.parametrize("fname", ["flash_attention_v1", "flash_attention_backward"])
+def test_block_size_does_not_change_memory_order(fname):
+    """Asking for block = n must not build an n x n tile: the extra memory at block = n equals
+    the one at block = MAX_BLOCK (the clamp), and is a few tiles plus O(n d)."""
+    n = 4096
+    q, k, v = _qkv(n, 64)
+    if fname == "flash_attention_v1":
+        def run(block):
+            return flash_attention_v1(q, k, v, block_q=block, block_k=block)
+    else:
+        o, lse = flash_attention(q, k, v, return_lse=True)
+        do = np.random.default_rng(1).standard_normal(o.shape, dtype=np.float32)
+
+        def run(block):
+            return flash_attention_backward(q, k, v, o, lse, do, block_q=block, block_k=block)
+
+    _, at_max = _traced_extra(run, flashlib._validate.MAX_BLOCK)
+    _, at_n = _traced_extra(run, n)
+    assert at_n <= at_max * 1.05 + 4096
+    # a handful of (MAX_BLOCK x MAX_BLOCK) tiles and of O(n d) arrays, nothing of size n x n
+    tile = flashlib._validate.MAX_BLOCK**2 * 4
+    assert at_n < 8 * tile + 16 * n * 64 * 4 < n * n * 4

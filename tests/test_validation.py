@@ -270,3 +270,45 @@ def test_outputs_do_not_alias_inputs():
     for fn in (naive_attention, flash_attention_v1, flash_attention):
         o = fn(q, k, v)
         assert not np.shares_memory(o, q) and not np.shares_memory(o, v)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("arg", ["q", "k", "v"])
+@pytest.mark.parametrize("fname", list(ALL))
+def test_non_finite_inputs(fname, arg, bad):
+    args = dict(zip("qkv", _qkv(), strict=True))
+    args[arg][0, 2, 1] = bad
+    with pytest.raises(ValueError, match=f"^{arg} must contain only finite"):
+        ALL[fname](args["q"], args["k"], args["v"])
+
+
+def test_backward_non_finite_o_do_lse():
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((6, 4)) for _ in range(3))
+    o, lse = flash_attention(q, k, v, return_lse=True)
+    do = np.ones_like(o)
+    bad_o = o.copy()
+    bad_o[0, 0] = np.nan
+    with pytest.raises(ValueError, match="o must"):
+        flash_attention_backward(q, k, v, bad_o, lse, do)
+    with pytest.raises(ValueError, match="do must"):
+        flash_attention_backward(q, k, v, o, lse, do * np.inf)
+    for bad in (np.nan, np.inf):
+        bad_lse = lse.copy()
+        bad_lse[1] = bad
+        with pytest.raises(ValueError, match="lse"):
+            flash_attention_backward(q, k, v, o, bad_lse, do)
+
+
+def test_scale_that_overflows_the_dtype():
+    q = np.ones((3, 4), dtype=np.float16)
+    with pytest.raises(ValueError, match="scale"):
+        flash_attention(q, q, q, scale=1e6)
+
+
+def test_numpy_bool_causal_accepted():
+    q = np.random.default_rng(0).standard_normal((5, 4))
+    np.testing.assert_array_equal(
+        flash_attention(q, q, q, causal=np.True_),
+        flash_attention(q, q, q, causal=True),
+    )
