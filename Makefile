@@ -48,7 +48,7 @@ bench: $(STAMP)
 	$(BIN)/python -m flashlib.bench cpu --n 1024 4096 16384 --causal --repeats 5 \
 		--blocks 64x64,128x64,128x128,256x256
 	$(BIN)/python -m flashlib.bench ladder --n 4096
-	$(BIN)/python scripts/widget_redraw.py
+	$(BIN)/python -m flashlib.bench widgets
 
 ## make constraints: re-pin every package of the environment after changing requirements.txt
 constraints: $(STAMP)

@@ -4,13 +4,23 @@
     python -m flashlib.bench cpu --n 4096 16384 --causal --repeats 5
     python -m flashlib.bench cpu --n 64 --heads 1 --repeats 1 --blocks 16x16   # tiny (CI)
     python -m flashlib.bench ladder --n 4096            # the rungs of flashlib.ladder
+    python -m flashlib.bench widgets                    # live redraw time of every widget
+    python -m flashlib.bench widgets book/overflow.md   # ... of one chapter's widgets
 
 Every implementation runs on the same inputs, one thread (BLAS via threadpoolctl, torch via
 ``torch.set_num_threads``), round-robin (one call of each per repeat, so drift hits all alike);
 the table shows medians and ratios from one run.  The default clock is the process CPU time,
 which on a shared machine leaves out the time other processes hold the core; ``--clock wall``
-uses ``time.perf_counter``.  A JSON file records the machine (CPU model, BLAS and its kernel,
-threads, library versions), the single-thread sgemm peak, every time and the ratios.
+uses ``time.perf_counter``.  With ``--threads`` above 1 the wall clock is forced (the process
+CPU time adds up the time of every thread).  PyTorch's SDPA is pinned to its FlashAttention
+backend (``torch.nn.attention.sdpa_kernel``) when that backend runs here, else left to choose,
+and the JSON says which.  A JSON file records the machine (CPU model, family, flags, caches,
+BLAS and its kernel, threads, library versions, flashlib's git commit), the single-thread sgemm
+peak, every time and the ratios.
+
+``cpu`` and ``ladder`` also time the live redraw of every widget of the book's chapters when run
+where a ``_toc.yml`` is (the repository root); ``widgets`` does only that, for the chapters given
+or those of ``_toc.yml``.  Elsewhere the widgets are skipped: flashlib does not need the book.
 
 torch is imported only here and only when asked for: flashlib's numerics never need it.
 """
@@ -18,10 +28,15 @@ torch is imported only here and only when asked for: flashlib's numerics never n
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
+import io
 import json
 import os
 import platform
+import re
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -42,8 +57,11 @@ __all__ = [
     "machine_info",
     "cpu_calls",
     "ladder_calls",
+    "torch_available",
     "torch_calls",
     "tile_breakdown",
+    "toc_chapters",
+    "widget_redraw_times",
     "summarise",
     "run",
     "main",
@@ -52,6 +70,11 @@ __all__ = [
 #: The naive baselines run on all heads at once while the (heads, n, n) float32 matrix stays
 #: below this many bytes, head by head beyond it (n = 16384 would need 8 GiB for 8 heads).
 NAIVE_BATCH_BYTES = 1 << 30
+
+#: Square sizes whose best single-thread float32 matmul rate is the peak (:func:`sgemm_peak`).
+SGEMM_SIZES = (256, 512, 1024, 2048)
+#: Sequence lengths timed by ``python -m flashlib.bench cpu`` when ``--n`` is not given.
+DEFAULT_NS = (1024, 4096)
 
 _CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 _threadpool_limiter = None  # keeps threadpoolctl's limit alive
@@ -72,8 +95,9 @@ def set_threads(threads: int = 1) -> None:
 
     _threads = threads
     _threadpool_limiter = threadpool_limits(threads)
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(threads)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(threads)
 
 
 def time_calls(
@@ -111,7 +135,7 @@ def time_calls(
 
 
 def sgemm_peak(
-    sizes: Sequence[int] = (256, 512, 1024, 2048), repeats: int = 5, *, clock: str = "cpu"
+    sizes: Sequence[int] = SGEMM_SIZES, repeats: int = 5, *, clock: str = "cpu"
 ) -> float:
     """This machine's float32 matmul peak in FLOP/s: the best, over square sizes n, of the
     median rate of ``repeats`` n x n products (small products run from cache, large ones
@@ -128,27 +152,108 @@ def sgemm_peak(
     return best
 
 
-def _cpu_model() -> str:
+#: CPU flags worth recording: the vector and matrix extensions BLAS and numpy's loops use.
+CPU_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16",
+             "avx512_fp16", "amx_tile", "amx_bf16", "neon", "asimd", "sve")
+
+
+def _lscpu() -> dict[str, str]:
+    """``lscpu``'s "key: value" lines (empty where lscpu is missing)."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10,
+                             env=dict(os.environ, LC_ALL="C")).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    fields = {}
+    for line in out.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields[key.strip()] = value.strip()
+    return fields
+
+
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo (empty where there is none)."""
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    break
+                key, sep, value = line.partition(":")
+                if sep:
+                    fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return fields
+
+
+def cpu_details() -> dict[str, Any]:
+    """CPU model, vendor, family/model/stepping, cache sizes and the relevant flags."""
+    lscpu, cpuinfo = _lscpu(), _cpuinfo()
+    flags = set((lscpu.get("Flags") or cpuinfo.get("flags") or cpuinfo.get("Features")
+                 or "").split())
+    details: dict[str, Any] = {
+        "cpu_model": (lscpu.get("Model name") or cpuinfo.get("model name")
+                      or platform.processor() or platform.machine()),
+        "vendor": lscpu.get("Vendor ID") or cpuinfo.get("vendor_id"),
+        "family": lscpu.get("CPU family") or cpuinfo.get("cpu family"),
+        "model": lscpu.get("Model") or cpuinfo.get("model"),
+        "stepping": lscpu.get("Stepping") or cpuinfo.get("stepping"),
+        "architecture": platform.machine(),
+        "hypervisor": lscpu.get("Hypervisor vendor"),
+        "caches": {key: value for key, value in lscpu.items() if key.endswith(" cache")},
+        "flags": {flag: flag in flags for flag in CPU_FLAGS} if flags else None,
+    }
+    return {key: value for key, value in details.items() if value not in (None, "", {})}
+
+
+def _dist_version(name: str) -> str | None:
+    """Installed version of a distribution, without importing it (None if absent)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def flashlib_source() -> dict[str, Any]:
+    """flashlib's version and, when it runs from a git checkout, the commit (and whether the
+    working tree has changes)."""
+    import flashlib
+
+    info: dict[str, Any] = {"version": getattr(flashlib, "__version__", None)}
+    here = os.path.dirname(os.path.abspath(flashlib.__file__))
+    try:
+        commit = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True,
+                                text=True, timeout=10)
+        if commit.returncode == 0:
+            info["git_commit"] = commit.stdout.strip()
+            dirty = subprocess.run(
+                ["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True, text=True, timeout=30)
+            if dirty.returncode == 0:
+                info["git_dirty"] = bool(dirty.stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return info
 
 
 def machine_info(threads: int, clock: str) -> dict[str, Any]:
-    """CPU model, core count, BLAS (threadpoolctl: library, version, kernel), versions."""
+    """The CPU (:func:`cpu_details`), core count, BLAS (threadpoolctl: library, version,
+    kernel), flashlib's version and commit, library versions, threads and clock."""
     from threadpoolctl import threadpool_info
 
     info: dict[str, Any] = {
-        "cpu_model": _cpu_model(),
+        **cpu_details(),
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
         "python": platform.python_version(),
+        "flashlib": flashlib_source(),
         "numpy": np.__version__,
+        "threadpoolctl": _dist_version("threadpoolctl"),
+        "matplotlib": _dist_version("matplotlib"),
         "threads": threads,
         "clock": clock,
         "blas": [
@@ -163,8 +268,8 @@ def machine_info(threads: int, clock: str) -> dict[str, Any]:
             if key in os.environ
         },
     }
-    if "torch" in sys.modules:
-        torch = sys.modules["torch"]
+    torch = sys.modules.get("torch")
+    if torch is not None:
         info["torch"] = torch.__version__
         info["torch_threads"] = torch.get_num_threads()
         info["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
@@ -180,10 +285,18 @@ def _per_head(fn: Callable[..., np.ndarray], q, k, v, **kw) -> np.ndarray:
     return np.stack([fn(q[h], k[h], v[h], **kw) for h in range(heads)])
 
 
+def torch_available() -> bool:
+    """Whether torch is installed (without importing it)."""
+    return importlib.util.find_spec("torch") is not None
+
+
 def torch_calls(q, k, v, causal: bool = False) -> dict[str, Callable[[], object]]:
     """PyTorch's fused SDPA and a naive torch attention on q, k, v: (heads, n, d) float32.
 
     Imports torch (lazily, only here) and pins it to the threads set by :func:`set_threads`.
+    SDPA runs inside ``sdpa_kernel(SDPBackend.FLASH_ATTENTION)`` when that backend accepts these
+    inputs here (tried once), else with torch's own choice; ``calls["torch_sdpa"].backend``
+    says which, with the reason for a fallback.
     """
     import torch
 
@@ -203,10 +316,26 @@ def torch_calls(q, k, v, causal: bool = False) -> dict[str, Callable[[], object]
                     s.masked_fill_(torch.ones(n_q, n_k, dtype=torch.bool).triu_(1), -torch.inf)
                 torch.softmax(s, dim=-1) @ tv[:, h]
 
+    pin: Callable[[], Any] = contextlib.nullcontext
+    backend = "default (torch's choice)"
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        def pin():
+            return sdpa_kernel(SDPBackend.FLASH_ATTENTION)
+
+        with torch.no_grad(), pin():  # one tiny call: does the backend run here?
+            sdpa(tq[..., :1, :], tk[..., :1, :], tv[..., :1, :], is_causal=causal)
+        backend = "FLASH_ATTENTION"
+    except (ImportError, RuntimeError) as exc:
+        pin = contextlib.nullcontext
+        backend += f"; FLASH_ATTENTION unavailable: {str(exc).splitlines()[0][:200]}"
+
     def torch_sdpa():
-        with torch.no_grad():
+        with torch.no_grad(), pin():
             sdpa(tq, tk, tv, is_causal=causal)
 
+    torch_sdpa.backend = backend  # type: ignore[attr-defined]
     return {"torch_sdpa": torch_sdpa, "torch_naive": torch_naive}
 
 
@@ -328,31 +457,125 @@ def _format_table(title: str, rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _redraw_times() -> dict[str, float]:
-    """Redraw time of a representative widget (a bar chart of a timing table), when
-    flashlib.widgets provides ``redraw_time``; empty otherwise."""
+def toc_chapters(toc: str = "_toc.yml") -> list[str]:
+    """The chapter files (root and ``file:`` entries) of a Jupyter Book table of contents, as
+    paths relative to the current directory; empty when ``toc`` does not exist."""
+    if not os.path.isfile(toc):
+        return []
+    base = os.path.dirname(toc)
+    with open(toc, encoding="utf-8") as f:
+        entries = re.findall(r"^\s*-?\s*(?:root|file):\s*([^\s#]+)", f.read(), re.M)
+    chapters = []
+    for entry in entries:
+        path = os.path.join(base, entry)
+        for ext in ("", ".md", ".ipynb"):
+            if os.path.isfile(path + ext) and (path + ext).endswith((".md", ".ipynb")):
+                chapters.append(path + ext)
+                break
+    return chapters
+
+
+_WIDGET_CALL = re.compile(r"^(?!\s*(?:from|import)\b).*\binteractive_figure\s*\(", re.M)
+
+
+def widget_redraw_times(
+    chapters: Sequence[str], *, repeat: int = 5, png_dir: str | None = None
+) -> dict[str, Any]:
+    """Live redraw time of every widget (``interactive_figure``) of the given chapters.
+
+    Each chapter (a MyST Markdown or .ipynb notebook, read with jupytext) runs its code cells,
+    ``remove-cell`` ones skipped, up to its last widget, in the chapter's directory, with
+    ``flashlib.widgets.interactive_figure`` recording every (draw, sliders).  Per widget:
+    ``redraw_s``, :func:`flashlib.widgets.redraw_time` at the largest settings (``repeat``
+    redraws, the median), and a sweep of a fresh widget through every frame once in grid order
+    (first visits, as when a reader moves a slider): ``sweep_median_s`` and ``sweep_max_s``
+    over the frames after the first.  ``png_dir``: also write every frame there.  Returns
+    ``{"widgets": [...]}``, plus ``"skipped"`` with the reason when nothing could be timed.
+    """
+    if not chapters:
+        return {"widgets": [], "skipped": "no chapters (no _toc.yml here and none given)"}
     try:
-        from flashlib import widgets
-        from flashlib.plots import new_figure
+        import jupytext
     except ImportError:
-        return {}
-    if not hasattr(widgets, "redraw_time"):
-        return {}
+        return {"widgets": [], "skipped": "jupytext is not installed"}
+    from flashlib import widgets
 
-    def draw(n: int = 1024, heads: int = 8):
-        fig, ax = new_figure()
-        names = [label for label, _ in RUNGS]
-        ax.barh(names, np.linspace(1.0, 0.5, len(names)) * n * heads / 8192)
-        ax.set_xlabel("seconds")
-        return fig
+    found: list[tuple[str, Callable[..., Any], dict[str, Any], dict[str, Any]]] = []
+    orig = widgets.interactive_figure
+    current = ""
 
-    return {"bar_chart": widgets.redraw_time(draw, {"n": [1024, 2048], "heads": [4, 8]})}
+    def recording(draw, sliders, **kw):
+        found.append((current, draw, sliders, kw))
+        return orig(draw, sliders, **kw)
+
+    static = os.environ.pop(widgets.STATIC_ENV, None)  # time the live redraw
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    cwd = os.getcwd()
+    widgets.interactive_figure = recording
+    try:
+        for current in chapters:
+            nb = jupytext.read(current)
+            cells = [c.source for c in nb.cells if c.cell_type == "code"
+                     and "remove-cell" not in c.metadata.get("tags", [])]
+            last = max((i for i, src in enumerate(cells) if _WIDGET_CALL.search(src)),
+                       default=None)
+            if last is None:
+                continue  # a page without widgets
+            namespace: dict[str, Any] = {"__name__": "__main__"}
+            os.chdir(os.path.dirname(os.path.abspath(current)))
+            try:  # glue() and friends print when there is no kernel: keep stdout clean
+                with contextlib.redirect_stdout(io.StringIO()):
+                    for src in cells[: last + 1]:
+                        exec(compile(src, current, "exec"), namespace)  # noqa: S102
+            finally:
+                os.chdir(cwd)
+    finally:
+        widgets.interactive_figure = orig
+        if static is not None:
+            os.environ[widgets.STATIC_ENV] = static
+
+    timed = []
+    for chapter, draw, sliders, kw in found:
+        t = widgets.redraw_time(draw, sliders, repeat=repeat)
+        fig = orig(draw, sliders, **kw)
+        sweep = []
+        for values in fig.grid:
+            t0 = time.perf_counter()
+            png = fig.render(values)
+            sweep.append(time.perf_counter() - t0)
+            if png_dir:
+                os.makedirs(png_dir, exist_ok=True)
+                name = "-".join(f"{k}{v}" for k, v in values.items())
+                stem = os.path.splitext(os.path.basename(chapter))[0]
+                with open(os.path.join(png_dir, f"{stem}-{draw.__name__}-{name}.png"), "wb") as f:
+                    f.write(png)
+        rest = sweep[1:] or sweep
+        timed.append({
+            "chapter": chapter, "widget": draw.__name__, "frames": len(fig.grid),
+            "redraw_s": t, "sweep_median_s": statistics.median(rest),
+            "sweep_max_s": max(rest),
+        })
+    return {"widgets": timed}
+
+
+def _format_widgets(redraw: Mapping[str, Any]) -> list[str]:
+    if redraw.get("skipped"):
+        return [f"widget redraw: skipped ({redraw['skipped']})"]
+    lines = [f"\n{'chapter':<28}{'widget':<18}{'frames':>7}{'redraw ms':>11}"
+             f"{'sweep median':>14}{'max ms':>8}"]
+    for w in redraw.get("widgets", []):
+        lines.append(f"{w['chapter']:<28}{w['widget']:<18}{w['frames']:>7}"
+                     f"{1000 * w['redraw_s']:>11.1f}{1000 * w['sweep_median_s']:>14.1f}"
+                     f"{1000 * w['sweep_max_s']:>8.1f}")
+    if len(lines) == 1:
+        lines.append("(no widgets found)")
+    return lines
 
 
 def run(
     suite: str = "cpu",
     *,
-    ns: Sequence[int] = (1024, 4096),
+    ns: Sequence[int] = DEFAULT_NS,
     heads: int = 8,
     d: int = 64,
     repeats: int = 5,
@@ -364,11 +587,37 @@ def run(
     peak_sgemm: bool = True,
     progress: bool = True,
     redraw: bool = True,
+    chapters: Sequence[str] | None = None,
+    png_dir: str | None = None,
 ) -> dict[str, Any]:
-    """Run a suite ("cpu" or "ladder") and return the JSON-ready results."""
-    if suite not in ("cpu", "ladder"):
-        raise ValueError(f"suite must be 'cpu' or 'ladder', got {suite!r}")
-    if with_torch and suite == "cpu":
+    """Run a suite ("cpu", "ladder" or "widgets") and return the JSON-ready results.
+
+    ``clock="cpu"`` with ``threads > 1`` becomes ``"wall"`` (the process CPU time adds up every
+    thread's time), noted in ``results["clock_note"]``.  ``redraw``: also time the widgets of
+    ``chapters`` (default: those of ``./_toc.yml``, if any) with :func:`widget_redraw_times`.
+    """
+    if suite not in ("cpu", "ladder", "widgets"):
+        raise ValueError(f"suite must be 'cpu', 'ladder' or 'widgets', got {suite!r}")
+    if clock not in _CLOCKS:
+        raise ValueError(f"clock must be one of {sorted(_CLOCKS)}, got {clock!r}")
+    if not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive integer, got {threads!r}")
+    clock_note = None
+    if threads > 1 and clock == "cpu":
+        clock = "wall"
+        clock_note = (f"--threads {threads}: the wall clock is used, because the process CPU "
+                      "time adds up the time of every thread")
+    if suite == "widgets":
+        set_threads(threads)
+        return {
+            "suite": suite,
+            "machine": machine_info(threads, "wall"),
+            "widget_redraw": widget_redraw_times(
+                toc_chapters() if chapters is None else chapters, repeat=repeats,
+                png_dir=png_dir),
+        }
+    with_torch = with_torch and suite == "cpu" and torch_available()
+    if with_torch:
         import torch  # noqa: F401  (imported here, lazily, so that set_threads pins it)
     set_threads(threads)
     peak = sgemm_peak(repeats=max(3, repeats), clock=clock) if peak_sgemm else None
@@ -376,9 +625,12 @@ def run(
         "suite": suite,
         "machine": machine_info(threads, clock),
         "sgemm_peak_gflops": peak / 1e9 if peak else None,
+        "sgemm_sizes": list(SGEMM_SIZES),
         "defaults": {"block_q": BLOCK_Q, "block_k": BLOCK_K},
         "runs": [],
     }
+    if clock_note:
+        results["clock_note"] = clock_note
     bar = None
     if progress:
         from tqdm import tqdm
@@ -392,6 +644,8 @@ def run(
                 calls = cpu_calls(q, k, v, causal=causal, blocks=blocks, with_torch=with_torch)
             else:
                 calls = ladder_calls(q, k, v, causal=causal)
+            if "torch_sdpa" in calls:
+                results["sdpa_backend"] = calls["torch_sdpa"].backend  # type: ignore[attr-defined]
             if bar is not None:
                 bar.total += len(calls) * (repeats + 1)
                 bar.set_postfix(n=n, causal=causal)
@@ -410,7 +664,9 @@ def run(
     if bar is not None:
         bar.close()
     if redraw:
-        results["widget_redraw_s"] = _redraw_times()
+        results["widget_redraw"] = widget_redraw_times(
+            toc_chapters() if chapters is None else chapters, repeat=repeats,
+                png_dir=png_dir)
     return results
 
 
@@ -419,12 +675,28 @@ def report(results: Mapping[str, Any]) -> str:
     m = results["machine"]
     blas = ", ".join(f"{b['internal_api']} {b['version']} ({b['architecture']})"
                      for b in m["blas"])
-    out = [f"{m['cpu_model']}; {m['threads']} thread(s); BLAS {blas}; clock {m['clock']}"]
+    cpu = m["cpu_model"]
+    if m.get("family") is not None:
+        cpu += f" (family {m['family']}, model {m.get('model')})"
+    flags = m.get("flags") or {}
+    if flags:
+        cpu += "; " + " ".join(name for name, present in flags.items() if present)
+    out = [f"{cpu}; {m['threads']} thread(s); BLAS {blas}; clock {m['clock']}"]
+    src = m.get("flashlib", {})
+    if src:
+        commit = src.get("git_commit", "no git commit")
+        out.append(f"flashlib {src.get('version')} ({commit[:12]}"
+                   f"{', uncommitted changes' if src.get('git_dirty') else ''})")
+    if results.get("clock_note"):
+        out.append(results["clock_note"])
+    if results.get("sdpa_backend"):
+        out.append(f"torch SDPA backend: {results['sdpa_backend']}")
     if results.get("sgemm_peak_gflops"):
-        out.append(f"single-thread sgemm peak (best of n = 256 ... 2048): "
+        sizes = results.get("sgemm_sizes", SGEMM_SIZES)
+        out.append(f"single-thread sgemm peak (best of n = {min(sizes)} ... {max(sizes)}): "
                    f"{results['sgemm_peak_gflops']:.1f} GFLOP/s")
-    by_key = {(r["n"], r["causal"]): r for r in results["runs"]}
-    for r in results["runs"]:
+    by_key = {(r["n"], r["causal"]): r for r in results.get("runs", [])}
+    for r in results.get("runs", []):
         title = (f"\nn = {r['n']}, heads = {r['heads']}, d = {r['d']}, "
                  f"{'causal' if r['causal'] else 'non-causal'}, medians of {r['repeats']}")
         out.append(_format_table(title, r["rows"]))
@@ -434,26 +706,30 @@ def report(results: Mapping[str, Any]) -> str:
             ratios = ", ".join(f"{row['impl']} {row['median_s'] / full[row['impl']]:.2f}"
                                for row in r["rows"] if row["impl"] in full)
             out.append(f"causal / non-causal time: {ratios}")
-    for name, t in results.get("widget_redraw_s", {}).items():
-        out.append(f"widget redraw ({name}): {1000 * t:.0f} ms")
+    if "widget_redraw" in results:
+        out.extend(_format_widgets(results["widget_redraw"]))
     return "\n".join(out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flashlib.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("suite", choices=["cpu", "ladder"], nargs="?", default="cpu")
-    parser.add_argument("--n", type=int, nargs="+", default=[1024, 4096],
-                        help="sequence lengths n = n_q = n_k (default: 1024 4096)")
+    parser.add_argument("suite", choices=["cpu", "ladder", "widgets"], nargs="?", default="cpu")
+    parser.add_argument("chapters", nargs="*",
+                        help="chapters whose widgets to time (default: those of ./_toc.yml)")
+    parser.add_argument("--n", type=int, nargs="+", default=list(DEFAULT_NS),
+                        help="sequence lengths n = n_q = n_k (default: %(default)s)")
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--d", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=5, help="timed calls per implementation")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="timed calls per implementation (and redraws per widget)")
     parser.add_argument("--causal", action="store_true",
                         help="also time causal attention (and report causal / non-causal)")
     parser.add_argument("--causal-only", action="store_true", help="time causal attention only")
     parser.add_argument("--blocks", default="64x64,128x256,256x256",
                         help="extra flash_attention tile sizes B_rxB_c, comma-separated")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="BLAS and torch threads; above 1 forces --clock wall")
     parser.add_argument("--clock", choices=sorted(_CLOCKS), default="cpu")
     parser.add_argument("--no-torch", action="store_true", help="skip the torch baselines")
     parser.add_argument("--no-peak", action="store_true",
@@ -462,7 +738,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="JSON file (default: bench-results/<suite>.json)")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--no-redraw", action="store_true",
-                        help="skip timing the widget redraw (flashlib.widgets.redraw_time)")
+                        help="skip timing the widgets' live redraw")
+    parser.add_argument("--png", default=None, metavar="DIR",
+                        help="also write every widget frame as a PNG into DIR")
     args = parser.parse_args(argv)
 
     modes = [True] if args.causal_only else ([False, True] if args.causal else [False])
@@ -471,6 +749,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         causal_modes=modes, blocks=_parse_blocks(args.blocks), threads=args.threads,
         clock=args.clock, with_torch=not args.no_torch, peak_sgemm=not args.no_peak,
         progress=not args.no_progress, redraw=not args.no_redraw,
+        chapters=args.chapters or None, png_dir=args.png,
     )
     results["command"] = "python -m flashlib.bench " + " ".join(
         sys.argv[1:] if argv is None else argv)

@@ -20,6 +20,7 @@ import numpy as np
 
 from flashlib.exercises import Feedback
 from flashlib.flash import LOG2E
+from flashlib.ladder import RESCALE_THRESHOLD
 
 __all__ = [
     "check_scores_base2",
@@ -147,13 +148,14 @@ def check_needs_rescale(fn: Callable[[np.ndarray, np.ndarray, float], np.ndarray
     ``m_old = -inf``, must rescale as soon as it sees a finite score)."""
     fb = Feedback("when to rescale")
     inf = np.inf
+    t = RESCALE_THRESHOLD
     cases = [
-        ("growth below the threshold", [0.0, 1.0], [7.9, 1.0], [False, False],
+        ("growth below the threshold", [0.0, 1.0], [t - 0.1, 1.0], [False, False],
          "a max that grows by less than the threshold keeps the stale m"),
-        ("growth above the threshold", [0.0, 5.0], [8.5, 20.0], [True, True],
+        ("growth above the threshold", [0.0, 5.0], [t + 0.5, 5.0 + 2 * t], [True, True],
          "rescale when m_tile > m_old + threshold"),
-        ("growth exactly the threshold", [0.0], [8.0], [False],
-         "exp2(8) = 256 still cannot overflow: use a strict '>'"),
+        ("growth exactly the threshold", [0.0], [t], [False],
+         f"exp2({t:g}) = {2.0**t:g} still cannot overflow: use a strict '>'"),
         ("first visible score (m_old = -inf)", [-inf, -inf], [3.0, -50.0], [True, True],
          "a row without a max yet must adopt one: -inf + threshold is still -inf"),
         ("still no visible key (both -inf)", [-inf], [-inf], [False],
@@ -163,7 +165,7 @@ def check_needs_rescale(fn: Callable[[np.ndarray, np.ndarray, float], np.ndarray
 
     def check() -> None:
         for name, m_old, m_tile, want, hint in cases:
-            got, problem = _call(fn, np.array(m_old), np.array(m_tile), 8.0)
+            got, problem = _call(fn, np.array(m_old), np.array(m_tile), t)
             if problem:
                 fb.fail(f"{name}: your function {problem}")
                 continue

@@ -8,17 +8,22 @@ rung  function                    trick (GPU counterpart)
 ====  ==========================  ===========================================================
  -    :func:`naive_inplace`       baseline: standard attention done as well as numpy can
  0    :func:`rung0_plain`         the paper's loop, one head at a time, ``exp``, fresh arrays
- 1    :func:`rung1_exp2`          scale and log2(e) folded into Q, ``exp2`` (flash-attn's
-                                  softmax: one FFMA and an ``exp2`` per score)
+ 1    :func:`rung1_exp2`          scale and log2(e) folded into Q once, ``exp2`` (flash-attn
+                                  folds the same constant into one FFMA per score before its
+                                  ``exp2``; on a CPU the cheapest place for it is Q)
  2    :func:`rung2_buffers`       K^T laid out once, preallocated tiles, ``out=``, in-place
                                   ops (tiles staged in shared memory in the layout the matrix
                                   units read, living in registers, never reallocated)
  3    :func:`rung3_heads`         every head in one batched matmul (the grid over
                                   batch x heads: one thread block per (head, query block))
- 4    :func:`rung4_ones_column`   the row sum l rides in P @ [V | 1] (work moved from the slow
-                                  units onto the matmul units)
+ 4    :func:`rung4_ones_column`   the row sum l rides in P @ [V | 1]: work moved onto the
+                                  fastest path, BLAS instead of numpy's reduction (an analogy
+                                  only: GPU kernels sum rows in registers, not with a ones
+                                  column)
  5    :func:`rung5_lazy_rescale`  conditional rescaling: rescale acc only when the max grows by
-                                  more than 2**8 (an idea described for FlashAttention-4)
+                                  more than RESCALE_THRESHOLD (base 2), as FlashAttention-4's
+                                  Blackwell kernel does (flash_attn/cute/softmax.py,
+                                  ``SoftmaxSm100``, ``rescale_threshold``)
  6    :func:`rung6_stale_max`     the stale max rides in the Q K^T matmul: [Q, -m] @ [K^T; 1],
                                   no max pass; a too-large row sum triggers the exact step
  7    :func:`flashlib.flash_attention`  the library version: rung 6 keeping only one O(n d)
@@ -55,7 +60,8 @@ __all__ = [
 ]
 
 #: Rung 5 rescales acc only when a row's maximum grows by more than this (base-2 units), so
-#: the terms exp2(s - m_i) stay below 2**8 = 256: no overflow, the same result up to rounding.
+#: the terms exp2(s - m_i) stay at most 2**RESCALE_THRESHOLD: no overflow, the same result up
+#: to rounding.
 RESCALE_THRESHOLD = 8.0
 
 

@@ -16,12 +16,13 @@ from flashlib import bench
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _run(args, tmp_path):
+def _run(args, tmp_path, cwd=ROOT):
     out = tmp_path / "bench.json"
-    env = dict(os.environ, PYTHONWARNINGS="error")
+    env = dict(os.environ, PYTHONWARNINGS="error",
+               PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
     proc = subprocess.run(
         [sys.executable, "-m", "flashlib.bench", *args, "--out", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, json.loads(out.read_text())
@@ -29,14 +30,21 @@ def _run(args, tmp_path):
 
 def test_cpu_command_tiny(tmp_path):
     proc, res = _run(["cpu", "--n", "48", "--heads", "2", "--d", "8", "--repeats", "2",
-                      "--blocks", "16x16,8x32", "--causal"], tmp_path)
+                      "--blocks", "16x16,8x32", "--causal", "--no-redraw"], tmp_path)
     assert "torch_sdpa" in proc.stdout and "naive_inplace" in proc.stdout
     assert "causal / non-causal" in proc.stdout
     assert "%|" in proc.stderr  # the tqdm progress bar
     m = res["machine"]
-    for key in ("cpu_model", "cpu_count", "numpy", "torch", "blas", "threads", "clock"):
+    for key in ("cpu_model", "cpu_count", "numpy", "torch", "blas", "threads", "clock",
+                "flashlib", "matplotlib", "threadpoolctl", "architecture"):
         assert key in m, key
-    assert m["threads"] == 1 and m["torch_threads"] == 1
+    assert m["flashlib"]["version"] == __import__("flashlib").__version__
+    if sys.platform.startswith("linux"):
+        assert {"family", "model", "flags", "caches"} <= set(m), sorted(m)
+        assert set(m["flags"]) >= {"avx2", "avx512f"}
+    assert m["threads"] == 1 and m["torch_threads"] == 1 and m["clock"] == "cpu"
+    assert "FLASH_ATTENTION" in res["sdpa_backend"] and "SDPA backend" in proc.stdout
+    assert "widget_redraw" not in res
     assert all(pool["num_threads"] == 1 for pool in m["blas"] if pool["internal_api"] != "openmp")
     assert res["sgemm_peak_gflops"] > 0
     assert [(r["n"], r["causal"]) for r in res["runs"]] == [(48, False), (48, True)]
@@ -56,6 +64,76 @@ def test_ladder_command_tiny_without_torch(tmp_path):
     assert [r["impl"] for r in rows][0] == "naive_inplace"
     assert len(rows) == 1 + len(bench.RUNGS)
     assert "torch" not in res["machine"] and res["sgemm_peak_gflops"] is None
+    assert "sdpa_backend" not in res
+
+
+def test_threads_above_one_force_the_wall_clock(tmp_path):
+    proc, res = _run(["ladder", "--n", "24", "--heads", "1", "--d", "4", "--repeats", "1",
+                      "--threads", "2", "--no-peak", "--no-progress", "--no-redraw"], tmp_path)
+    assert res["machine"]["clock"] == "wall" and res["machine"]["threads"] == 2
+    assert "wall clock" in res["clock_note"] and "wall clock" in proc.stdout
+
+
+TINY_CHAPTER = """---
+jupytext:
+  text_representation:
+    extension: .md
+    format_name: myst
+kernelspec:
+  display_name: Python 3
+  language: python
+  name: python3
+---
+
+# Tiny
+
+```{code-cell} ipython3
+:tags: [remove-cell]
+raise RuntimeError("remove-cell cells are skipped")
+```
+
+```{code-cell} ipython3
+from myst_nb import glue
+from flashlib.plots import new_figure
+from flashlib.widgets import interactive_figure
+
+glue("x", 1.0, display=False)
+
+
+def draw_line(a):
+    fig, ax = new_figure()
+    ax.plot([0, 1], [0, a])
+    return fig
+
+
+interactive_figure(draw_line, {"a": [1, 2, 3]}, alt="A line")
+```
+
+```{code-cell} ipython3
+raise RuntimeError("cells after the last widget are not run")
+```
+"""
+
+
+def test_widgets_command_times_every_toc_widget(tmp_path):
+    book = tmp_path / "book"
+    book.mkdir()
+    (book / "tiny.md").write_text(TINY_CHAPTER)
+    (book / "plain.md").write_text(TINY_CHAPTER.split("```{code-cell}")[0])
+    (tmp_path / "_toc.yml").write_text(
+        "format: jb-book\nroot: book/tiny\nchapters:\n  - file: book/plain\n")
+    assert bench.toc_chapters(str(tmp_path / "_toc.yml")) == [
+        str(tmp_path / "book" / "tiny.md"), str(tmp_path / "book" / "plain.md")]
+    proc, res = _run(["widgets", "--repeats", "2"], tmp_path, cwd=tmp_path)
+    (w,) = res["widget_redraw"]["widgets"]
+    assert w["chapter"] == os.path.join("book", "tiny.md") and w["widget"] == "draw_line"
+    assert w["frames"] == 3 and 0 < w["redraw_s"] and 0 < w["sweep_median_s"] <= w["sweep_max_s"]
+    assert "draw_line" in proc.stdout and "redraw ms" in proc.stdout
+    # without a _toc.yml (flashlib used outside the book) the widgets are skipped, not an error
+    empty = tmp_path / "elsewhere"
+    empty.mkdir()
+    proc, res = _run(["widgets"], tmp_path, cwd=empty)
+    assert "_toc.yml" in res["widget_redraw"]["skipped"] and "skipped" in proc.stdout
 
 
 def test_numerics_do_not_import_torch():
