@@ -21,7 +21,9 @@ from flashlib.online_softmax import (
     SoftmaxState,
     TraceStep,
     finalize_partial,
+    merge_in_order,
     merge_partials,
+    merge_random_tree,
     online_softmax,
     online_softmax_update,
     partial_attention,
@@ -47,6 +49,8 @@ __all__ = [
     "two_pass_softmax_state",
     "partial_attention",
     "merge_partials",
+    "merge_in_order",
+    "merge_random_tree",
     "finalize_partial",
 ]
 

@@ -30,6 +30,9 @@ from flashlib.overflow import exp_overflow_threshold
 
 __all__ = [
     "Feedback",
+    "NotAttempted",
+    "call_learner",
+    "STREAM_LENGTH",
     "check_stable_softmax",
     "check_overflow_threshold",
     "check_score_bytes",
@@ -40,6 +43,11 @@ __all__ = [
     "merge_forgetting_acc_rescale",
     "check_merge_counterexample",
 ]
+
+
+STREAM_LENGTH = 1000
+"""How many values :func:`check_online_update` folds the learner's update over (the chapter
+quotes it)."""
 
 
 class Feedback:
@@ -78,18 +86,26 @@ class Feedback:
     __str__ = __repr__
 
 
-class _NotAttempted(Exception):
-    pass
+class NotAttempted(Exception):
+    """Raised by :func:`call_learner` when the learner's function still raises
+    ``NotImplementedError`` (the exercise cell's placeholder)."""
 
 
-def _run(fn: Callable[..., Any], *args: Any) -> tuple[Any, list[str], str | None]:
-    """Call the learner's ``fn``; return (result, warning messages, error message or None)."""
+def call_learner(fn: Callable[..., Any], *args: Any) -> tuple[Any, list[str], str | None]:
+    """Run the learner's ``fn(*args)`` for a checker; never lets the learner's error escape.
+
+    Returns ``(result, warnings, error)``: ``warnings`` lists every warning raised during the
+    call as ``"Category: message"``, ``error`` is ``"Type: message"`` of an exception (then
+    ``result`` is None) or None.  A ``NotImplementedError`` (the exercise not attempted yet)
+    raises :class:`NotAttempted` instead, so a checker can stop at once.  Shared by every
+    ``flashlib.exercises*`` module.
+    """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             result = fn(*args)
         except NotImplementedError as err:
-            raise _NotAttempted from err
+            raise NotAttempted from err
         except Exception as err:  # report any error from the learner's code
             return None, [], f"{type(err).__name__}: {err}"
     return result, [f"{w.category.__name__}: {w.message}" for w in caught], None
@@ -139,7 +155,7 @@ def check_stable_softmax(fn: Callable[[np.ndarray], np.ndarray]) -> Feedback:
     ]
     try:
         for name, x, hint in cases:
-            got, warns, err = _run(fn, x.copy())
+            got, warns, err = call_learner(fn, x.copy())
             if err:
                 fb.fail(f"{name}: your function raised {err}")
                 continue
@@ -170,7 +186,7 @@ def check_stable_softmax(fn: Callable[[np.ndarray], np.ndarray]) -> Feedback:
                         "softmax never computes exp of a positive number")
                 continue
             fb.ok(f"{name}: correct")
-    except _NotAttempted:
+    except NotAttempted:
         return _not_attempted(fb)
     return fb
 
@@ -190,7 +206,7 @@ def check_overflow_threshold(answer: float | Callable[[Any], float],
     try:
         for dt in dtypes:
             if callable(answer):
-                got, _, err = _run(answer, dt)
+                got, _, err = call_learner(answer, dt)
                 if err:
                     fb.fail(f"{dt}: your function raised {err}")
                     continue
@@ -223,7 +239,7 @@ def check_overflow_threshold(answer: float | Callable[[Any], float],
                         "(compare np.log(np.finfo(dtype).max))")
             else:
                 fb.fail(f"{dt}: {float(x)!r} is not the threshold {want!r}{note}")
-    except _NotAttempted:
+    except NotAttempted:
         return _not_attempted(fb)
     return fb
 
@@ -235,7 +251,7 @@ def check_score_bytes(fn: Callable[[int, Any], int]) -> Feedback:
              (16384, "float32"), (1000, np.dtype(np.float16))]
     try:
         for n, dt in cases:
-            got, _, err = _run(fn, n, dt)
+            got, _, err = call_learner(fn, n, dt)
             label = f"n = {n}, dtype = {np.dtype(dt)}"
             if err:
                 fb.fail(f"{label}: your function raised {err} (dtype may be a string, a type or "
@@ -265,7 +281,7 @@ def check_score_bytes(fn: Callable[[int, Any], int]) -> Feedback:
                         f"uses {item}")
             else:
                 fb.fail(f"{label}: got {got_i:,}, expected {want:,} = n * n * {item}")
-    except _NotAttempted:
+    except NotAttempted:
         return _not_attempted(fb)
     return fb
 
@@ -282,7 +298,7 @@ def check_scale_keeps_dtype(fn: Callable[[np.ndarray, int], np.ndarray]) -> Feed
     try:
         for name, s, d in cases:
             s_in = s.copy()
-            got, _, err = _run(fn, s_in, d)
+            got, _, err = call_learner(fn, s_in, d)
             if err:
                 fb.fail(f"{name}: your function raised {err}")
                 continue
@@ -303,7 +319,7 @@ def check_scale_keeps_dtype(fn: Callable[[np.ndarray, int], np.ndarray]) -> Feed
                         "by sqrt(d) twice?)")
                 continue
             fb.ok(f"{name}: {got.dtype}, values right")
-    except _NotAttempted:
+    except NotAttempted:
         return _not_attempted(fb)
     return fb
 
@@ -332,7 +348,7 @@ def check_online_update(fn: Callable[[float, float, float], tuple[float, float]]
     ]
     try:
         for name, (m, l, x), (m_want, l_want) in cases:  # noqa: E741
-            got, warns, err = _run(fn, np.float64(m), np.float64(l), np.float64(x))
+            got, warns, err = call_learner(fn, np.float64(m), np.float64(l), np.float64(x))
             if err:
                 fb.fail(f"{name}: your function raised {err}")
                 continue
@@ -369,17 +385,19 @@ def check_online_update(fn: Callable[[float, float, float], tuple[float, float]]
             fb.ok(f"{name}: ({m_want}, {l_want:.6g})")
         if not fb.problems:
             rng = np.random.default_rng(0)
-            stream = rng.normal(500.0, 50.0, size=1000)
+            stream = rng.normal(500.0, 50.0, size=STREAM_LENGTH)
             m, l = -inf, 0.0  # noqa: E741
             for x in stream:
                 m, l = _as_pair(fn(np.float64(m), np.float64(l), np.float64(x)))  # noqa: E741
             ref = two_pass_softmax_state(stream)
             if m == float(ref.m) and np.isclose(l, float(ref.l), rtol=1e-10):
-                fb.ok("a stream of 1000 values around 500: same (m, l) as the two-pass result")
+                fb.ok(f"a stream of {STREAM_LENGTH} values around 500: same (m, l) as the "
+                      "two-pass result")
             else:
-                fb.fail(f"a stream of 1000 values around 500: got ({m:.6g}, {l:.6g}), the "
-                        f"two-pass result is ({float(ref.m):.6g}, {float(ref.l):.6g})")
-    except _NotAttempted:
+                fb.fail(f"a stream of {STREAM_LENGTH} values around 500: got ({m:.6g}, "
+                        f"{l:.6g}), the two-pass result is ({float(ref.m):.6g}, "
+                        f"{float(ref.l):.6g})")
+    except NotAttempted:
         return _not_attempted(fb)
     return fb
 
@@ -420,7 +438,7 @@ def check_merge(fn: Callable[[PartialAttention, PartialAttention], Any]) -> Feed
     try:
         a, b, s, v = _random_partials(0)
         whole = partial_attention(s, v)
-        got, warns, err = _run(fn, a, b)
+        got, warns, err = call_learner(fn, a, b)
         if err:
             fb.fail(f"two blocks: your function raised {err}")
             return fb
@@ -464,13 +482,13 @@ def check_merge(fn: Callable[[PartialAttention, PartialAttention], Any]) -> Feed
             fb.ok("two blocks with different maxima: equals attention over all keys")
         if fb.problems:
             return fb
-        got2, _, err = _run(fn, b, a)
+        got2, _, err = call_learner(fn, b, a)
         if err or not _same_partial(_as_partial(got2), p):
             fb.fail("merge(b, a) differs from merge(a, b): the merge must be symmetric")
         else:
             fb.ok("merge(b, a) == merge(a, b)")
         empty = _empty_partial(*a.acc.shape)
-        got3, warns3, err = _run(fn, a, empty)
+        got3, warns3, err = call_learner(fn, a, empty)
         if err:
             fb.fail(f"merging with the empty state (m=-inf, l=0, acc=0) raised {err}")
         else:
@@ -483,7 +501,7 @@ def check_merge(fn: Callable[[PartialAttention, PartialAttention], Any]) -> Feed
                         "identity")
             else:
                 fb.ok("merge(a, empty) == a")
-        both_empty, _, err = _run(fn, empty, empty)
+        both_empty, _, err = call_learner(fn, empty, empty)
         if err:
             fb.fail(f"merge(empty, empty) raised {err}")
         else:
@@ -495,7 +513,7 @@ def check_merge(fn: Callable[[PartialAttention, PartialAttention], Any]) -> Feed
                 fb.ok("merge(empty, empty) is empty, no NaN")
         if warns3:
             fb.fail(f"merging with the empty state: numpy warned '{warns3[0]}'")
-    except _NotAttempted:
+    except NotAttempted:
         return _not_attempted(fb)
     return fb
 
@@ -505,7 +523,7 @@ def check_empty_partial(fn: Callable[[int, int], Any]) -> Feedback:
     fb = Feedback("the empty state")
     try:
         for n_q, d_v in [(3, 4), (1, 1), (5, 2)]:
-            got, _, err = _run(fn, n_q, d_v)
+            got, _, err = call_learner(fn, n_q, d_v)
             label = f"n_q = {n_q}, d_v = {d_v}"
             if err:
                 fb.fail(f"{label}: your function raised {err}")
@@ -537,7 +555,7 @@ def check_empty_partial(fn: Callable[[int, int], Any]) -> Feedback:
                 fb.ok(f"{label}: merge(empty, p) == p == merge(p, empty)")
             else:
                 fb.fail(f"{label}: merging with your empty state changes p")
-    except _NotAttempted:
+    except NotAttempted:
         return _not_attempted(fb)
     return fb
 

@@ -10,13 +10,12 @@ check_reference_attention  ``attention(q, k, v)`` = softmax(q k^T / sqrt(d)) v i
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from flashlib.exercises import Feedback
+from flashlib.exercises import Feedback, NotAttempted, call_learner
 from flashlib.naive import naive_attention
 
 __all__ = ["check_attention_flops", "check_attention_shapes", "check_reference_attention"]
@@ -26,19 +25,6 @@ _NOT_ATTEMPTED = (
 )
 
 
-def _call(fn: Callable[..., Any], *args: Any) -> tuple[Any, list[str], str | None]:
-    """(result, warnings, error) of the learner's ``fn(*args)``; NotImplementedError propagates."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            result = fn(*args)
-        except NotImplementedError:
-            raise
-        except Exception as err:  # report any error from the learner's code
-            return None, [], f"{type(err).__name__}: {err}"
-    return result, [f"{w.category.__name__}: {w.message}" for w in caught], None
-
-
 def check_attention_flops(fn: Callable[[int, int, int, int], int]) -> Feedback:
     """Check ``flops(n_q, n_k, d, d_v)``: FLOPs of ``S = q k^T`` and ``O = P v`` (2 per FMA)."""
     fb = Feedback("FLOPs of attention")
@@ -46,7 +32,7 @@ def check_attention_flops(fn: Callable[[int, int, int, int], int]) -> Feedback:
     try:
         for n_q, n_k, d, d_v in cases:
             label = f"n_q={n_q}, n_k={n_k}, d={d}, d_v={d_v}"
-            got, _, err = _call(fn, n_q, n_k, d, d_v)
+            got, _, err = call_learner(fn, n_q, n_k, d, d_v)
             if err:
                 fb.fail(f"{label}: your function raised {err}")
                 continue
@@ -67,7 +53,7 @@ def check_attention_flops(fn: Callable[[int, int, int, int], int]) -> Feedback:
                 fb.fail(f"{label}: {got:,} assumes n_k = n_q; S is (n_q, n_k)")
             else:
                 fb.fail(f"{label}: got {got:,}, expected {want:,} = 2 n_q n_k d + 2 n_q n_k d_v")
-    except NotImplementedError:
+    except NotAttempted:
         fb.fail(_NOT_ATTEMPTED)
     return fb
 
@@ -88,7 +74,7 @@ def check_attention_shapes(fn: Callable[..., dict[str, tuple[int, ...]]]) -> Fee
     try:
         for q, k, v in cases:
             label = f"q {q}, k {k}, v {v}"
-            got, _, err = _call(fn, q, k, v)
+            got, _, err = call_learner(fn, q, k, v)
             if err:
                 fb.fail(f"{label}: your function raised {err}")
                 continue
@@ -119,7 +105,7 @@ def check_attention_shapes(fn: Callable[..., dict[str, tuple[int, ...]]]) -> Fee
                 fb.fail(f"{label}: " + "; ".join(wrong))
             else:
                 fb.ok(f"{label}: S, P {want['S']}, O {want['O']}, lse {want['lse']}")
-    except NotImplementedError:
+    except NotAttempted:
         fb.fail(_NOT_ATTEMPTED)
     return fb
 
@@ -140,7 +126,7 @@ def check_reference_attention(fn: Callable[[np.ndarray, np.ndarray, np.ndarray],
             v = rng.standard_normal((*shape_q[:-2], n_k, d_v)).astype(dtype)
             label = f"q {q.shape} {np.dtype(dtype)}, k {k.shape}, v {v.shape}" + (
                 f", scores up to ~{spread:g}" if spread > 1 else "")
-            got, caught, err = _call(fn, q, k, v)
+            got, caught, err = call_learner(fn, q, k, v)
             if err:
                 fb.fail(f"{label}: your function raised {err}")
                 continue
@@ -175,6 +161,6 @@ def check_reference_attention(fn: Callable[[np.ndarray, np.ndarray, np.ndarray],
                 else:
                     err_max = float(np.max(np.abs(got.astype(np.float64) - want)))
                     fb.fail(f"{label}: max |difference| {err_max:.3g} from naive_attention")
-    except NotImplementedError:
+    except NotAttempted:
         fb.fail(_NOT_ATTEMPTED)
     return fb

@@ -12,13 +12,12 @@ check_causal_tiles      how many tiles a causal FlashAttention computes, and how
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from flashlib.exercises import Feedback
+from flashlib.exercises import Feedback, NotAttempted, call_learner
 from flashlib.flash import LOG2E
 from flashlib.ladder import RESCALE_THRESHOLD
 
@@ -31,29 +30,20 @@ __all__ = [
 ]
 
 
-class _NotAttempted(Exception):
-    pass
-
-
 def _call(fn: Callable[..., Any], *args: Any) -> tuple[Any, str | None]:
     """(result, problem): problem names an exception or a numpy warning, else None."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            result = fn(*args)
-        except NotImplementedError as err:
-            raise _NotAttempted from err
-        except Exception as err:  # the learner's code may raise anything
-            return None, f"raised {type(err).__name__}: {err}"
-    if caught:
-        return result, f"numpy warned '{caught[0].category.__name__}: {caught[0].message}'"
+    result, warns, error = call_learner(fn, *args)
+    if error:
+        return None, f"raised {error}"
+    if warns:
+        return result, f"numpy warned '{warns[0]}'"
     return result, None
 
 
 def _attempted(fb: Feedback, check: Callable[[], None]) -> Feedback:
     try:
         check()
-    except _NotAttempted:
+    except NotAttempted:
         fb.fail("not attempted yet: write your code in place of `raise NotImplementedError`")
     return fb
 

@@ -9,6 +9,7 @@ and in any tree.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -24,6 +25,8 @@ __all__ = [
     "partial_attention",
     "merge_partials",
     "finalize_partial",
+    "merge_in_order",
+    "merge_random_tree",
 ]
 
 
@@ -180,3 +183,37 @@ def finalize_partial(p: PartialAttention) -> np.ndarray:
     """The attention output ``acc / l`` (..., n_q, d_v); rows that saw no key give 0."""
     l = p.l[..., None]  # noqa: E741
     return np.divide(p.acc, l, out=np.zeros_like(p.acc), where=l > 0)
+
+
+def merge_in_order(parts: Sequence[PartialAttention], order: Iterable[int]) -> PartialAttention:
+    """Merge ``parts`` left to right in the given ``order`` (a permutation of their indices).
+
+    parts: states over disjoint key blocks, each with m, l: (..., n_q), acc: (..., n_q, d_v).
+    ``order`` must name every part exactly once; the result is the state over all their keys.
+    """
+    order = [int(i) for i in order]
+    if not parts:
+        raise ValueError("parts must hold at least one PartialAttention")
+    if sorted(order) != list(range(len(parts))):
+        raise ValueError(f"order must be a permutation of range({len(parts)}), got {order}")
+    state = parts[order[0]]
+    for i in order[1:]:
+        state = merge_partials(state, parts[i])
+    return state
+
+
+def merge_random_tree(
+    parts: Sequence[PartialAttention], rng: np.random.Generator
+) -> PartialAttention:
+    """Merge ``parts`` in a random tree: repeatedly merge two randomly chosen states, in a
+    random argument order, until one is left (shapes as in :func:`merge_in_order`)."""
+    if not parts:
+        raise ValueError("parts must hold at least one PartialAttention")
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy Generator (np.random.default_rng), got {rng!r}")
+    pool = list(parts)
+    while len(pool) > 1:
+        i, j = sorted(int(x) for x in rng.choice(len(pool), size=2, replace=False))
+        b, a = pool.pop(j), pool.pop(i)
+        pool.append(merge_partials(a, b) if rng.random() < 0.5 else merge_partials(b, a))
+    return pool[0]

@@ -6,13 +6,38 @@
 
 book/*.md (MyST Markdown notebooks listed in _toc.yml) are the single source. The generated
 notebooks have no outputs and deterministic cell ids and metadata, so regenerating an unchanged
-chapter gives a byte-identical file. The check compares cell types and sources only.
+chapter gives a byte-identical file. The check compares cell types and sources only, against
+the same generation, so a notebook also drifts when code shown with literalinclude changes.
+
+Plain Jupyter and Colab render CommonMark, not MyST, so the markdown cells are rewritten
+(`jupyter_markdown`); code cells are copied unchanged:
+
+    ```{literalinclude} ../flashlib/x.py    a ```python block: the current source of `f`, cut
+    :pyobject: f                            out of x.py with ast (the whole file without
+    ```                                     :pyobject:)
+    {doc}`name`                             [its title](name.ipynb); a page that is not a
+                                            notebook (References): its title in italics
+    {cite:p}`k1,k2` (and {cite}`k`)         ([Author et al., 2022](url); ...), from references.bib
+    {cite:t}`k`                             [Author et al.](url) (2022)
+    {glue:text}`name:.2f` (any {glue})      `name` in code font; the title cell gets a note that
+                                            such names are values computed by the code cells
+    {math}`x`                               $x$; any other role: its text in code font
+    :::{exercise} / {solution-start} L      "### Exercise N" + the text quoted / "#### Solution
+                                            to Exercise N" (numbered in chapter order);
+                                            {solution-end} disappears
+    {math}, {figure}/{image}, admonitions   $$ block, ![caption](raw GitHub URL), "> **Note**"
+    (label)= lines, % comments              dropped; markdown cells left empty are dropped
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import re
 import sys
+import textwrap
+from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 import jupytext
@@ -54,9 +79,234 @@ def chapters() -> list[Path]:
     return [path for path in toc_files() if is_notebook(path)]
 
 
+# ---------------------------------------------------------------------------------------------
+# MyST -> CommonMark for the markdown cells
+# ---------------------------------------------------------------------------------------------
+
+DIRECTIVE = re.compile(r"^(?P<fence>`{3,}|:{3,})\{(?P<name>[\w:-]+)\}[ \t]*(?P<arg>.*?)\s*$")
+OPTION = re.compile(r"^:(?P<key>[\w-]+):[ \t]*(?P<value>.*?)\s*$")
+CODE_FENCE = re.compile(r"^(?P<fence>`{3,}|~{3,})(?!\{)")
+ROLE = re.compile(r"\{(?P<name>[\w:-]+)\}`(?P<text>[^`]*)`")
+LABEL = re.compile(r"^\([\w.:-]+\)=\s*$")
+ADMONITIONS = {"note", "tip", "hint", "important", "warning", "caution", "attention", "danger",
+               "error", "seealso", "admonition"}
+GLUE_NOTE = (
+    "> **In this notebook** a name in code font such as `{name}` stands for a number that a "
+    "code cell computes and passes to `glue`; the book's website shows the numbers in the text. "
+    "Run the cells, then `flashlib.book.glued()` lists every value by name."
+)
+
+
+@dataclass
+class Page:
+    """What the rewriting of one chapter needs to know, and its exercise numbers."""
+
+    source: Path
+    exercises: dict[str, int] = field(default_factory=dict)
+    glue_names: list[str] = field(default_factory=list)
+
+
+@cache
+def bibliography() -> dict[str, tuple[str, str, str]]:
+    """references.bib as ``key -> (authors as the book cites them, year, url)``."""
+    from pybtex.database import parse_file
+    from pybtex.richtext import Text
+
+    entries = {}
+    for key, entry in parse_file(str(ROOT / "references.bib")).entries.items():
+        names = [Text.from_latex(" ".join(p.last_names)).render_as("text")
+                 for p in entry.persons.get("author", [])]
+        if len(names) >= 3:
+            authors = f"{names[0]} et al."
+        else:
+            authors = " and ".join(names) or key
+        entries[key] = (authors, entry.fields.get("year", "n.d."), entry.fields.get("url", ""))
+    return entries
+
+
+def _link(text: str, url: str) -> str:
+    return f"[{text}]({url})" if url else text
+
+
+def cite(keys: str, textual: bool = False) -> str:
+    """``{cite:p}`a,b``` -> ``([A, 2022](url); [B, 2023](url))``; textual: ``[A](url) (2022)``."""
+    bib = bibliography()
+    parts = []
+    for key in (k.strip() for k in keys.split(",")):
+        if key not in bib:
+            raise ValueError(f"citation key {key!r} is not in references.bib")
+        authors, year, url = bib[key]
+        parts.append(f"{_link(authors, url)} ({year})" if textual
+                     else _link(f"{authors}, {year}", url))
+    return "; ".join(parts) if textual else "(" + "; ".join(parts) + ")"
+
+
+@cache
+def page_titles() -> dict[str, tuple[str, bool]]:
+    """Every page of the toc, ``path relative to ROOT without .md -> (title, is a notebook)``."""
+    titles = {}
+    for path in toc_files():
+        heading = re.search(r"^# (.+)$", path.read_text(encoding="utf-8"), re.MULTILINE)
+        rel = path.relative_to(ROOT).with_suffix("").as_posix()
+        titles[rel] = (heading.group(1).strip() if heading else path.stem, is_notebook(path))
+    return titles
+
+
+def doc_link(target: str, page: Page) -> str:
+    """``{doc}`target``` or ``{doc}`text <target>``` as a link to the target's notebook."""
+    match = re.fullmatch(r"(?P<text>.*?)\s*<(?P<target>[^<>]+)>", target)
+    text, target = (match["text"], match["target"]) if match else (None, target)
+    base = ROOT if target.startswith("/") else page.source.parent
+    rel = (base / target.lstrip("/")).resolve().relative_to(ROOT).as_posix()
+    if rel not in page_titles():
+        raise ValueError(f"{{doc}}`{target}`: no page {rel} in _toc.yml")
+    title, notebook = page_titles()[rel]
+    text = text or title
+    return f"[{text}]({Path(rel).name}.ipynb)" if notebook else f"*{text}* (on the book's website)"
+
+
+def role(name: str, text: str, page: Page) -> str:
+    if name == "doc":
+        return doc_link(text, page)
+    if name in ("cite", "cite:p", "cite:ps"):
+        return cite(text)
+    if name in ("cite:t", "cite:ts"):
+        return cite(text, textual=True)
+    if name == "glue" or name.startswith("glue:"):
+        glue_name = text.split(":", 1)[0]
+        if glue_name not in page.glue_names:
+            page.glue_names.append(glue_name)
+        return f"`{glue_name}`"
+    if name == "math":
+        return f"${text}$"
+    match = re.fullmatch(r"(?P<text>.*?)\s*<(?P<target>[^<>]+)>", text)
+    return f"`{match['text'] if match else text}`"
+
+
+def inline(line: str, page: Page) -> str:
+    """Rewrite the roles of one line of text (not inside code)."""
+    return ROLE.sub(lambda m: role(m["name"], m["text"], page), line)
+
+
+def pyobject_source(path: Path, name: str) -> str:
+    """The source of function/class ``name`` (``Class.method`` too) in ``path``, via ast, as
+    Sphinx's literalinclude ``:pyobject:`` shows it (decorators included, dedented)."""
+    text = path.read_text(encoding="utf-8")
+    body: list[ast.stmt] = ast.parse(text).body
+    node = None
+    for part in name.split("."):
+        node = next((n for n in body if isinstance(
+            n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and n.name == part), None)
+        if node is None:
+            raise ValueError(f"{path.relative_to(ROOT)} has no {name}")
+        body = node.body
+    start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+    lines = text.splitlines()[start - 1 : node.end_lineno]
+    return textwrap.dedent("\n".join(lines))
+
+
+def literalinclude(arg: str, options: dict[str, str], page: Page) -> str:
+    path = (page.source.parent / arg).resolve()
+    if "pyobject" in options:
+        code = pyobject_source(path, options["pyobject"])
+    else:
+        code = path.read_text(encoding="utf-8").rstrip("\n")
+    language = options.get("language", "python" if path.suffix == ".py" else "")
+    return f"```{language}\n{code}\n```"
+
+
+def quote(text: str) -> str:
+    return "\n".join(f"> {line}" if line else ">" for line in text.split("\n"))
+
+
+def raw_url(path: Path) -> str:
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))["repository"]
+    repo = config["url"].removeprefix("https://github.com/")
+    return f"https://raw.githubusercontent.com/{repo}/{config.get('branch', 'main')}/" + (
+        path.resolve().relative_to(ROOT).as_posix())
+
+
+def directive(name: str, arg: str, options: dict[str, str], body: str, page: Page) -> str:
+    """One MyST directive as CommonMark (``body`` is already rewritten)."""
+    if name == "literalinclude":
+        return literalinclude(arg, options, page)
+    if name in ("exercise", "prf:exercise"):
+        number = len(page.exercises) + 1
+        if "label" in options:
+            page.exercises[options["label"]] = number
+        title = f"### Exercise {number}" + (f": {arg}" if arg else "")
+        return f"{title}\n\n{quote(body)}" if body else title
+    if name in ("solution-start", "solution"):
+        number = page.exercises.get(arg)
+        title = f"#### Solution to Exercise {number}" if number else "#### Solution"
+        return f"{title}\n\n{body}" if body else title
+    if name == "solution-end":
+        return ""
+    if name in ("math", "prf:math"):
+        return f"$$\n{body}\n$$"
+    if name in ("figure", "image"):
+        alt = options.get("alt") or body or ""
+        image = f"![{alt}]({raw_url(page.source.parent / arg)})"
+        return f"{image}\n\n*{body}*" if name == "figure" and body else image
+    if name in ("code-block", "code", "sourcecode"):
+        return f"```{arg}\n{body}\n```"
+    if name in ADMONITIONS:
+        title = arg if name == "admonition" else name.capitalize()
+        return quote(f"**{title}**" + (f"\n\n{body}" if body else ""))
+    return quote(f"**{name}**" + (f" {arg}" if arg else "") + (f"\n\n{body}" if body else ""))
+
+
+def jupyter_markdown(text: str, page: Page) -> str:
+    """A markdown cell's MyST as CommonMark that plain Jupyter and Colab render."""
+    lines = text.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        code = CODE_FENCE.match(line)
+        opened = DIRECTIVE.match(line)
+        if code:  # a plain code block: copied verbatim
+            end = next((j for j in range(i + 1, len(lines))
+                        if lines[j].strip() == code["fence"]), len(lines) - 1)
+            out.extend(lines[i : end + 1])
+            i = end + 1
+        elif opened:
+            j = i + 1
+            options = {}
+            while j < len(lines) and (option := OPTION.match(lines[j])):
+                options[option["key"]] = option["value"]
+                j += 1
+            end = next((k for k in range(j, len(lines))
+                        if lines[k].strip() == opened["fence"]), len(lines))
+            body = jupyter_markdown("\n".join(lines[j:end]).strip("\n"), page)
+            out.append(directive(opened["name"], opened["arg"], options, body, page))
+            i = end + 1
+        elif LABEL.match(line) or line.startswith("%"):
+            i += 1
+        else:
+            out.append(inline(line, page))
+            i += 1
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip("\n")
+
+
 def clean_notebook(source: Path) -> nbformat.NotebookNode:
-    """The chapter as a notebook: no outputs, only the metadata Jupyter/Colab need."""
+    """The chapter as a notebook: no outputs, only the metadata Jupyter/Colab need, markdown
+    cells in CommonMark (`jupyter_markdown`)."""
     nb = jupytext.read(source, fmt="md:myst")
+    page = Page(source)
+    cells = []
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = jupyter_markdown(cell.source, page)
+            if not cell.source.strip():
+                continue
+        cells.append(cell)
+    nb.cells = cells
+    if page.glue_names:
+        title = next(c for c in nb.cells if c.cell_type == "markdown")
+        note = GLUE_NOTE.format(name=page.glue_names[0])
+        title.source = re.sub(r"^(# .*)$", lambda m: f"{m[1]}\n\n{note}", title.source,
+                              count=1, flags=re.MULTILINE)
     nb.metadata = nbformat.from_dict(
         {
             "kernelspec": KERNELSPEC,
@@ -98,12 +348,20 @@ def repository_url() -> str:
     return config["repository"]["url"]
 
 
+def install_urls(text: str) -> list[str]:
+    """Every ``git+URL`` that ``text`` installs from (the Colab cell, the README)."""
+    return re.findall(r"git\+(https?://[^\s\"'`)]+)", text)
+
+
 def problems() -> list[str]:
     """Everything `check` complains about (empty list: all good)."""
     found = []
     setup = colab_cell()
-    if f"git+{repository_url()}" not in setup.source:
-        found.append(f"{COLAB_CELL.name}: does not install git+{repository_url()} (_config.yml)")
+    if install_urls(setup.source) != [repository_url()]:
+        found.append(
+            f"{COLAB_CELL.name}: installs {install_urls(setup.source)}, not exactly "
+            f"git+{repository_url()} (_config.yml repository.url)"
+        )
     sources = chapters()
     for source in sources:
         rel = source.relative_to(ROOT)

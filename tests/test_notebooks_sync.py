@@ -60,3 +60,27 @@ def test_colab_url():
     assert url == "https://colab.research.google.com/github/org/repo/blob/main/notebooks/intro.ipynb"
     with pytest.raises(ValueError, match="github.com"):
         colab_link.colab_url("https://gitlab.com/org/repo", "main", "intro")
+
+
+def test_colab_cell_installs_exactly_the_configured_repository():
+    setup = notebooks.colab_cell()
+    assert notebooks.install_urls(setup.source) == [notebooks.repository_url()]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for url in notebooks.install_urls(readme):
+        assert url == notebooks.repository_url(), "README.md installs from another repository"
+
+
+def test_install_urls():
+    text = '"git+https://github.com/a/b", `pip install git+https://github.com/c/d`)'
+    assert notebooks.install_urls(text) == ["https://github.com/a/b", "https://github.com/c/d"]
+
+
+@pytest.mark.parametrize("source", notebooks.chapters(), ids=lambda p: p.stem)
+def test_notebooks_run_without_myst_nb(source):
+    """Colab has no myst-nb: chapters glue through flashlib.book.glue."""
+    nb = notebooks.clean_notebook(source)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert "myst_nb" not in cell.source, (
+                f"{source.name}: use `from flashlib.book import glue`"
+            )

@@ -245,3 +245,54 @@ def test_empty_state_is_merge_identity(rng):
         both = merge_partials(empty, empty)
     assert np.all(np.isneginf(both.m)) and not both.l.any() and not both.acc.any()
     assert not finalize_partial(both).any()
+
+
+# merge_in_order / merge_random_tree (the Online softmax chapter's merge experiment)
+
+def _blocks(n_q=5, n_k=40, d=4, d_v=3, block=7, seed=0):
+    from flashlib import naive_attention
+
+    rng = np.random.default_rng(seed)
+    q, k = rng.standard_normal((n_q, d)), rng.standard_normal((n_k, d))
+    v = rng.standard_normal((n_k, d_v))
+    s = (q @ k.T) / np.sqrt(d)
+    parts = [partial_attention(s[:, j:j + block], v[j:j + block]) for j in range(0, n_k, block)]
+    return parts, naive_attention(q, k, v)
+
+
+def test_merge_in_order_any_permutation_matches_naive():
+    from flashlib.online_softmax import merge_in_order
+
+    parts, ref = _blocks()
+    rng = np.random.default_rng(0)
+    for order in [range(len(parts)), range(len(parts) - 1, -1, -1),
+                  *(rng.permutation(len(parts)) for _ in range(5))]:
+        assert max_err(finalize_partial(merge_in_order(parts, order)), ref) < 1e-13
+    single = merge_in_order(parts[:1], [0])
+    assert single is parts[0]
+
+
+def test_merge_in_order_rejects_bad_order():
+    from flashlib.online_softmax import merge_in_order
+
+    parts, _ = _blocks()
+    with pytest.raises(ValueError, match="order"):
+        merge_in_order(parts, [0, 0, 1])
+    with pytest.raises(ValueError, match="parts"):
+        merge_in_order([], [])
+
+
+def test_merge_random_tree_matches_naive_and_is_seeded():
+    from flashlib.online_softmax import merge_random_tree
+
+    parts, ref = _blocks(block=3)
+    outs = [finalize_partial(merge_random_tree(parts, np.random.default_rng(seed)))
+            for seed in range(6)]
+    assert all(max_err(o, ref) < 1e-13 for o in outs)
+    again = finalize_partial(merge_random_tree(parts, np.random.default_rng(0)))
+    assert np.array_equal(again, outs[0])
+    assert merge_random_tree(parts[:1], np.random.default_rng(0)) is parts[0]
+    with pytest.raises(TypeError, match="rng"):
+        merge_random_tree(parts, 0)
+    with pytest.raises(ValueError, match="parts"):
+        merge_random_tree([], np.random.default_rng(0))

@@ -1,0 +1,196 @@
+"""flashlib.book (glue without myst-nb, html_table) and the MyST -> Jupyter rewriting of
+scripts/notebooks.py that makes the generated notebooks readable in plain Jupyter and Colab."""
+
+from __future__ import annotations
+
+import builtins
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from flashlib import book
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load_notebooks():
+    spec = importlib.util.spec_from_file_location("notebooks", ROOT / "scripts" / "notebooks.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("notebooks", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+nbgen = _load_notebooks()
+
+
+# flashlib.book ---------------------------------------------------------------------------------
+
+@pytest.fixture
+def no_myst_nb(monkeypatch):
+    """Make ``import myst_nb`` fail, as on Colab."""
+    real_import = builtins.__import__
+
+    def fake_import(name, *args, **kwargs):
+        if name == "myst_nb" or name.startswith("myst_nb."):
+            raise ImportError("No module named 'myst_nb'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+
+
+def test_glue_without_myst_nb_records_and_shows_only_when_asked(no_myst_nb, monkeypatch):
+    shown = []
+    import IPython.display
+
+    monkeypatch.setattr(IPython.display, "display", lambda value: shown.append(value))
+    book.glue("test_hidden", 1.5, display=False)
+    assert shown == []
+    book.glue("test_shown", 42)
+    assert shown == [42]
+    assert book.glued()["test_hidden"] == 1.5 and book.glued()["test_shown"] == 42
+    book.glued()["test_hidden"] = 0  # a copy
+    assert book.glued()["test_hidden"] == 1.5
+
+
+def test_glue_with_myst_nb_delegates(monkeypatch):
+    myst_nb = pytest.importorskip("myst_nb")
+    calls = []
+    monkeypatch.setattr(myst_nb, "glue", lambda *args: calls.append(args))
+    book.glue("test_delegated", 3, display=False)
+    assert calls == [("test_delegated", 3, False)]
+    assert book.glued()["test_delegated"] == 3
+
+
+def test_glue_rejects_bad_name():
+    with pytest.raises(TypeError, match="name"):
+        book.glue("", 1)
+
+
+def test_html_table_escapes_and_checks_row_length():
+    table = book.html_table(["x", "a<b"], [[1, "<i>"], [2.5, "&"]])
+    html = table.data
+    assert html.startswith('<table class="table"><tr><th>x</th><th>a&lt;b</th></tr>')
+    assert "<tr><td>1</td><td>&lt;i&gt;</td></tr>" in html
+    assert "<td>&amp;</td>" in html and html.endswith("</table>")
+    assert book.html_table(["a"], []).data == '<table class="table"><tr><th>a</th></tr></table>'
+    with pytest.raises(ValueError, match=r"rows\[1\] has 1 cells, header has 2"):
+        book.html_table(["a", "b"], [[1, 2], [3]])
+
+
+# MyST -> Jupyter markdown ----------------------------------------------------------------------
+
+def page(name="online-softmax"):
+    return nbgen.Page(ROOT / "book" / f"{name}.md")
+
+
+def test_literalinclude_pyobject_is_the_current_source():
+    import inspect
+
+    from flashlib.online_softmax import merge_partials
+
+    text = "```{literalinclude} ../flashlib/online_softmax.py\n:pyobject: merge_partials\n```"
+    out = nbgen.jupyter_markdown(text, page())
+    assert out == "```python\n" + inspect.getsource(merge_partials).rstrip("\n") + "\n```"
+
+
+def test_pyobject_source_methods_decorators_and_missing(tmp_path, monkeypatch):
+    monkeypatch.setattr(nbgen, "ROOT", tmp_path)
+    src = tmp_path / "m.py"
+    src.write_text("import f\n\nclass A:\n    @f.deco\n    def g(self):\n        return 1\n")
+    assert nbgen.pyobject_source(src, "A.g") == "@f.deco\ndef g(self):\n    return 1"
+    with pytest.raises(ValueError, match="has no B"):
+        nbgen.pyobject_source(src, "B")
+
+
+def test_roles_doc_cite_glue_math():
+    p = page("intro")
+    text = ("See {doc}`overflow`, {doc}`the ladder <optimisation-ladder>` and {doc}`references`;"
+            " {cite:p}`dao2022flashattention,milakov2018online` {cite}`dao2023flashattention2`"
+            " {cite:t}`rabe2021selfattention`: {glue:text}`mem_ratio:.0f` and {math}`x^2`.")
+    out = nbgen.jupyter_markdown(text, p)
+    assert "[The overflow problem](overflow.ipynb)" in out
+    assert "[the ladder](optimisation-ladder.ipynb)" in out
+    assert "*References* (on the book's website)" in out
+    assert ("([Dao et al., 2022](https://arxiv.org/abs/2205.14135); "
+            "[Milakov and Gimelshein, 2018](https://arxiv.org/abs/1805.02867))") in out
+    assert "([Dao, 2023](https://arxiv.org/abs/2307.08691))" in out
+    assert "[Rabe and Staats](https://arxiv.org/abs/2112.05682) (2021)" in out
+    assert "`mem_ratio` and $x^2$." in out
+    assert p.glue_names == ["mem_ratio"]
+    with pytest.raises(ValueError, match="references.bib"):
+        nbgen.jupyter_markdown("{cite:p}`no_such_key`", p)
+    with pytest.raises(ValueError, match="_toc.yml"):
+        nbgen.jupyter_markdown("{doc}`no-such-page`", p)
+
+
+def test_exercises_solutions_labels_and_plain_code_untouched():
+    p = page()
+    text = "\n".join([
+        "(my-label)=",
+        "% a MyST comment",
+        ":::{exercise}",
+        ":label: ex-a",
+        "",
+        "Do {glue:text}`n_long`.",
+        ":::",
+        "",
+        "```{solution-start} ex-a",
+        ":class: dropdown",
+        "```",
+        "",
+        "```python",
+        "x = {doc}`not a role inside code`",
+        "```",
+        "",
+        "```{solution-end}",
+        "```",
+        "",
+        ":::{exercise} A title",
+        "Second.",
+        ":::",
+    ])
+    out = nbgen.jupyter_markdown(text, p)
+    assert out == "\n".join([
+        "### Exercise 1",
+        "",
+        "> Do `n_long`.",
+        "",
+        "#### Solution to Exercise 1",
+        "",
+        "```python",
+        "x = {doc}`not a role inside code`",
+        "```",
+        "",
+        "### Exercise 2: A title",
+        "",
+        "> Second.",
+    ])
+    assert p.exercises == {"ex-a": 1}
+
+
+def test_other_directives():
+    p = page()
+    assert nbgen.jupyter_markdown("```{math}\na = b\n```", p) == "$$\na = b\n$$"
+    note = nbgen.jupyter_markdown("```{note}\nCareful.\n```", p)
+    assert note == "> **Note**\n>\n> Careful."
+    figure = nbgen.jupyter_markdown("```{figure} _static/x.png\n:alt: An x\n\nThe x.\n```", p)
+    assert figure.startswith("![An x](https://raw.githubusercontent.com/")
+    assert figure.endswith("/book/_static/x.png)\n\n*The x.*")
+
+
+def test_generated_notebooks_have_no_myst_left():
+    import re
+
+    leftovers = re.compile(r"```\{|:::\{|\{[\w:-]+\}`|^\([\w.:-]+\)=\s*$", re.MULTILINE)
+    for source in nbgen.chapters():
+        nb = nbgen.clean_notebook(source)
+        for cell in nb.cells:
+            if cell.cell_type == "markdown":
+                found = leftovers.findall(cell.source)
+                assert not found, f"{source.name}: MyST left in a markdown cell: {found}"
+        first = next(c for c in nb.cells if c.cell_type == "markdown")
+        if "{glue" in source.read_text(encoding="utf-8"):
+            assert "flashlib.book.glued()" in first.source
