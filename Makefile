@@ -17,12 +17,13 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	touch $@
 
 ## make book: execute every chapter and build the static site into _build/html
-# The execution cache is keyed on the chapters' code cells only; when flashlib changes, the
-# glued numbers and figures must be recomputed, so the cache is dropped.
+# Sphinx and the execution cache only notice changes to the chapters themselves (and to files
+# they literalinclude); when flashlib changes, every glued number and figure must be
+# recomputed, so the build starts afresh (about a minute).
 FLASHLIB_HASH := $(shell cat flashlib/*.py | sha256sum | cut -c1-16)
 book: $(STAMP)
 	@if [ "$$(cat _build/.flashlib-hash 2>/dev/null)" != "$(FLASHLIB_HASH)" ]; then \
-		echo "flashlib changed: re-executing every chapter"; rm -rf _build/.jupyter_cache; fi
+		echo "flashlib changed: rebuilding and re-executing every chapter"; rm -rf _build; fi
 	$(BIN)/jupyter-book build . -W -n --keep-going
 	echo "$(FLASHLIB_HASH)" > _build/.flashlib-hash
 
