@@ -38,7 +38,7 @@ notebooks: $(STAMP)
 
 ## make lab: open the notebooks in JupyterLab with flashlib importable
 lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab notebooks/ $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
