@@ -11,25 +11,13 @@ numpy is the reference path (it runs anywhere, Pyodide included).  One concept p
 - :mod:`flashlib.backward`        the recomputing backward pass
 """
 
+from flashlib import online_softmax as _online_softmax
 from flashlib.backward import flash_attention_backward
 from flashlib.flash import flash_attention
 from flashlib.flash_v1 import flash_attention_v1
 from flashlib.masks import causal_mask
 from flashlib.naive import naive_attention, naive_attention_backward
-from flashlib.online_softmax import (
-    PartialAttention,
-    SoftmaxState,
-    TraceStep,
-    finalize_partial,
-    merge_in_order,
-    merge_partials,
-    merge_random_tree,
-    online_softmax,
-    online_softmax_update,
-    partial_attention,
-    softmax_state_init,
-    two_pass_softmax_state,
-)
+from flashlib.online_softmax import *  # noqa: F403  (its __all__: the online-softmax API)
 from flashlib.softmax import softmax
 
 __all__ = [
@@ -40,18 +28,7 @@ __all__ = [
     "flash_attention",
     "flash_attention_backward",
     "causal_mask",
-    "SoftmaxState",
-    "TraceStep",
-    "PartialAttention",
-    "softmax_state_init",
-    "online_softmax_update",
-    "online_softmax",
-    "two_pass_softmax_state",
-    "partial_attention",
-    "merge_partials",
-    "merge_in_order",
-    "merge_random_tree",
-    "finalize_partial",
+    *_online_softmax.__all__,
 ]
 
 __version__ = "0.1.0"

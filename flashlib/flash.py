@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from flashlib._validate import check_block, check_problem
-from flashlib.masks import key_stop, tile_mask
+from flashlib.masks import hide_above_diagonal, key_stop, straddles_diagonal, tile_mask
 
 __all__ = ["flash_attention", "compute_dtype", "LOG2E", "STALE_LIMIT", "BLOCK_Q", "BLOCK_K"]
 
@@ -77,16 +77,6 @@ def compute_dtype(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.float32) if dtype == np.float16 else np.dtype(dtype)
 
 
-def _hide_right_of_diagonal(s: np.ndarray, i0: int, j0: int, offset: int) -> None:
-    """Set the entries of the tile ``s`` (rows from ``i0``, keys from ``j0``) that the causal
-    diagonal hides (key j > i + offset) to -inf, row by row: no (B_r, B_c) boolean is built."""
-    b_r, b_c = s.shape[-2:]
-    for r in range(b_r):
-        first_hidden = max(0, i0 + r + offset + 1 - j0)
-        if first_hidden < b_c:
-            s[:, r, first_hidden:] = -np.inf
-
-
 def _forward_row_block(
     q_aug: np.ndarray,
     k_aug: np.ndarray,
@@ -119,7 +109,7 @@ def _forward_row_block(
     for j0 in range(0, key_stop(i0, i1, n_k, offset), block_k):
         j1 = min(j0 + block_k, n_k)
         s, ones_j = s_buf[:, :b_r, : j1 - j0], ones[: j1 - j0]
-        straddles = offset is not None and j1 - 1 > i0 + offset  # top-right entry hidden
+        straddles = straddles_diagonal(i0, j1, offset)
         visible = tile_mask(i0, i1, j0, j1, None, mask)  # the explicit mask only
         if visible is not None and not visible.any():
             continue  # an explicit mask hides the whole tile
@@ -138,7 +128,7 @@ def _forward_row_block(
         # Exact step: S_ij, mask, new maximum, rescale the accumulator.
         np.matmul(q_aug[..., :d], k_aug[:, :d, j0:j1], out=s)
         if straddles:
-            _hide_right_of_diagonal(s, i0, j0, offset)
+            hide_above_diagonal(s, i0, j0, offset)
         if visible is not None:
             np.copyto(s, -np.inf, where=~visible)
         m_new = np.maximum(m_i, s.max(axis=-1))

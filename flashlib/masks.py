@@ -12,7 +12,19 @@ import numpy as np
 
 from flashlib._validate import causal_offset
 
-__all__ = ["causal_mask", "visible_keys", "key_stop", "tile_mask"]
+__all__ = [
+    "causal_mask",
+    "visible_keys",
+    "key_stop",
+    "straddles_diagonal",
+    "hide_above_diagonal",
+    "tile_mask",
+]
+
+
+def _diagonal(i0: int, i1: int, j0: int, j1: int, offset: int) -> np.ndarray:
+    """Boolean (i1 - i0, j1 - j0): row i sees key j when j <= i + offset."""
+    return np.arange(j0, j1)[None, :] <= np.arange(i0, i1)[:, None] + offset
 
 
 def causal_mask(n_q: int, n_k: int, causal: bool | str = True) -> np.ndarray:
@@ -20,7 +32,7 @@ def causal_mask(n_q: int, n_k: int, causal: bool | str = True) -> np.ndarray:
     offset = causal_offset(causal, n_q, n_k)
     if offset is None:
         return np.ones((n_q, n_k), dtype=bool)
-    return np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + offset
+    return _diagonal(0, n_q, 0, n_k, offset)
 
 
 def visible_keys(
@@ -33,7 +45,7 @@ def visible_keys(
     """
     if offset is None:
         return mask
-    tri = np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + offset
+    tri = _diagonal(0, n_q, 0, n_k, offset)
     return tri if mask is None else mask & tri
 
 
@@ -45,6 +57,23 @@ def key_stop(i0: int, i1: int, n_k: int, offset: int | None) -> int:
     return max(0, min(n_k, i1 + offset))
 
 
+def straddles_diagonal(i0: int, j1: int, offset: int | None) -> bool:
+    """True when the tile of rows from ``i0`` and keys before ``j1`` has hidden causal entries
+    (its top-right entry is hidden), so the mask must be applied to it."""
+    return offset is not None and j1 - 1 > i0 + offset
+
+
+def hide_above_diagonal(s: np.ndarray, i0: int, j0: int, offset: int) -> None:
+    """Set the entries of the score tile ``s`` (..., B_r, B_c), rows from ``i0`` and keys from
+    ``j0``, that the causal diagonal hides (key j > i + offset) to -inf, in place and row by
+    row: unlike :func:`tile_mask`, no (B_r, B_c) boolean is built."""
+    b_r, b_c = s.shape[-2:]
+    for r in range(b_r):
+        first_hidden = max(0, i0 + r + offset + 1 - j0)
+        if first_hidden < b_c:
+            s[..., r, first_hidden:] = -np.inf
+
+
 def tile_mask(
     i0: int, i1: int, j0: int, j1: int, offset: int | None, mask: np.ndarray | None
 ) -> np.ndarray | None:
@@ -54,10 +83,7 @@ def tile_mask(
     Returns None when every entry of the tile is visible, so that the caller applies no mask;
     otherwise a boolean array broadcastable to (B, i1 - i0, j1 - j0), B = prod(batch_shape).
     """
-    visible = None
-    # The tile straddles the causal diagonal when its top-right entry is hidden.
-    if offset is not None and j1 - 1 > i0 + offset:
-        visible = np.arange(j0, j1)[None, :] <= np.arange(i0, i1)[:, None] + offset
+    visible = _diagonal(i0, i1, j0, j1, offset) if straddles_diagonal(i0, j1, offset) else None
     if mask is not None:
         block = mask[..., i0:i1, j0:j1]
         if not block.all():
