@@ -10,8 +10,8 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 .PHONY: book test notebooks lab lint bench constraints clean
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	test -x $(BIN)/pip || $(PYTHON) -m venv --clear $(VENV)
+	$(BIN)/python -m pip install --quiet pip==26.3
 	$(BIN)/python -m pip install --quiet -r requirements.txt -c constraints.txt
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
@@ -19,7 +19,7 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 ## make book: execute every chapter and build the static site into _build/html
 # Sphinx and the execution cache only notice changes to the chapters themselves (and to files
 # they literalinclude); when flashlib changes, every glued number and figure must be
-# recomputed, so the build starts afresh (about a minute).
+# recomputed, so the build starts afresh.
 FLASHLIB_HASH := $(shell cat flashlib/*.py | sha256sum | cut -c1-16)
 book: $(STAMP)
 	@if [ "$$(cat _build/.flashlib-hash 2>/dev/null)" != "$(FLASHLIB_HASH)" ]; then \
@@ -43,7 +43,7 @@ lab: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-## make bench: the CPU benchmark at the issue's sizes (about 20 min; writes bench-results/*.json),
+## make bench: the CPU benchmark at the issue's sizes (long; writes bench-results/*.json),
 ## the optimisation ladder at n = 4096, and every chapter widget's live redraw time
 bench: $(STAMP)
 	$(BIN)/python -m flashlib.bench cpu --n 1024 4096 16384 --causal --repeats 5 \
