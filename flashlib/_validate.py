@@ -65,6 +65,20 @@ def as_float_array(x: object, name: str) -> np.ndarray:
     return arr
 
 
+def check_float_dtype(dtype: object, name: str = "dtype") -> np.dtype:
+    """``dtype`` (a string, a type or a ``np.dtype``) as one of :data:`FLOAT_DTYPES`, or a
+    TypeError naming ``name`` (integers, booleans, ``longdouble`` and non-dtypes are refused)."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as err:
+        raise TypeError(
+            f"{name} must be float16, float32 or float64, got {dtype!r}"
+        ) from err
+    if dt not in FLOAT_DTYPES:
+        raise TypeError(f"{name} must be float16, float32 or float64, got {dt}")
+    return dt
+
+
 def check_block(value: object, name: str) -> int:
     """A block size: a positive Python or numpy integer (``bool`` is refused), clamped to
     :data:`MAX_BLOCK`."""

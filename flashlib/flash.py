@@ -28,10 +28,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashlib._validate import check_block, check_problem
+from flashlib._validate import check_block, check_float_dtype, check_problem
 from flashlib.masks import hide_above_diagonal, key_stop, straddles_diagonal, tile_mask
 
-__all__ = ["flash_attention", "compute_dtype", "LOG2E", "STALE_LIMIT", "BLOCK_Q", "BLOCK_K"]
+__all__ = [
+    "flash_attention",
+    "workspace_bytes",
+    "compute_dtype",
+    "LOG2E",
+    "STALE_LIMIT",
+    "BLOCK_Q",
+    "BLOCK_K",
+]
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 LN2 = 0.6931471805599453  # ln(2)
@@ -75,6 +83,28 @@ def compute_dtype(dtype: np.dtype) -> np.dtype:
     """The dtype of the running statistics: float32 for float16 inputs (as GPU kernels keep m,
     l and the accumulator in registers in float32), otherwise the input dtype."""
     return np.dtype(np.float32) if dtype == np.float16 else np.dtype(dtype)
+
+
+def workspace_bytes(n_q: int, n_k: int, d: int, dtype: object, *, d_v: int | None = None,
+                    batch: int = 1) -> int:
+    """Bytes of the arrays :func:`flash_attention` allocates whose size grows with n.
+
+    For ``batch`` heads of q: (n_q, d), k: (n_k, d), v: (n_k, d_v) (``d_v = d`` by default) in
+    ``dtype``, in the running-statistics dtype :func:`compute_dtype`: ``k_aug``, the
+    (d + 1, n_k) copy of K^T with a row of ones, and ``lse``, one value per query row; for
+    float16 inputs also the float32 copy of V.  Not counted: the output, and the tiles, whose
+    size depends only on the block sizes (at most MAX_BLOCK each).
+    """
+    dt = check_float_dtype(dtype, "dtype")
+    for name, value in (("n_q", n_q), ("n_k", n_k), ("d", d), ("batch", batch)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    d_v = d if d_v is None else d_v
+    work = compute_dtype(dt)
+    elements = (d + 1) * n_k + n_q  # k_aug and lse
+    if work != dt:
+        elements += n_k * d_v  # v.astype(float32)
+    return int(batch) * int(elements) * work.itemsize
 
 
 def _forward_row_block(

@@ -1,8 +1,9 @@
 """Measuring memory: the (n, n) score matrix of naive attention, and a silent float64 promotion.
 
 numpy reports its array allocations to :mod:`tracemalloc`, so the peak traced memory while a
-function runs is the memory its arrays needed.  The Overflow chapter uses this to watch naive
-attention's score matrix ``S`` and probability matrix ``P`` grow 4x per doubling of ``n``, and to
+function runs is the memory its arrays needed.  The chapters use this to watch naive
+attention's (n, n) score matrix grow 4x per doubling of ``n`` (``S``, overwritten in place by the
+probabilities ``P``), flash attention's workspace grow only linearly, and to
 catch the NEP 50 pitfall: ``s / np.sqrt(d)`` with a float32 ``s`` is float64, because
 ``np.sqrt(d)`` is a float64 *numpy scalar* and numpy 2 no longer treats numpy scalars as "weak".
 """
@@ -17,12 +18,14 @@ from typing import Any
 
 import numpy as np
 
+from flashlib._validate import check_block, check_float_dtype
+
 __all__ = [
     "measure_peak",
-    "peak_memory",
     "score_matrix_bytes",
     "random_qkv",
     "naive_attention_memory",
+    "flash_attention_memory",
     "scale_scores_promoting",
     "scale_scores",
     "median_seconds",
@@ -51,26 +54,10 @@ def measure_peak(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any
     return result, max(peak - baseline, 0)
 
 
-def peak_memory(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
-    """Peak memory in bytes that ``fn(*args, **kwargs)`` allocated (see :func:`measure_peak`)."""
-    _, peak = measure_peak(fn, *args, **kwargs)
-    return peak
-
-
 def _check_positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
-
-
-def _check_float_dtype(dtype: Any) -> np.dtype:
-    try:
-        dt = np.dtype(dtype)
-    except TypeError as err:
-        raise TypeError(f"dtype must be float16, float32 or float64, got {dtype!r}") from err
-    if not np.issubdtype(dt, np.floating):
-        raise TypeError(f"dtype must be float16, float32 or float64, got {dt}")
-    return dt
 
 
 def score_matrix_bytes(n_q: int, n_k: int | None = None, dtype: Any = np.float32, *,
@@ -80,14 +67,15 @@ def score_matrix_bytes(n_q: int, n_k: int | None = None, dtype: Any = np.float32
     for name, value in (("n_q", n_q), ("n_k", n_k), ("batch", batch), ("heads", heads)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
             raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-    return int(batch) * int(heads) * int(n_q) * int(n_k) * np.dtype(dtype).itemsize
+    itemsize = check_float_dtype(dtype, "dtype").itemsize
+    return int(batch) * int(heads) * int(n_q) * int(n_k) * itemsize
 
 
 def random_qkv(n: int, d: int, dtype: Any = np.float32, *, seed: int = 0
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Standard-normal q, k, v, each (n, d) in ``dtype``, from ``default_rng(seed)``."""
     n, d = _check_positive_int("n", n), _check_positive_int("d", d)
-    dtype = _check_float_dtype(dtype)
+    dtype = check_float_dtype(dtype, "dtype")
     rng = np.random.default_rng(seed)
     return tuple(rng.standard_normal((n, d)).astype(dtype) for _ in range(3))
 
@@ -103,6 +91,22 @@ def naive_attention_memory(n: int, d: int = 64, dtype: Any = np.float32, *,
 
     q, k, v = random_qkv(n, d, dtype, seed=seed)
     out, peak = measure_peak(naive_attention, q, k, v)
+    return max(peak - out.nbytes, 0)
+
+
+def flash_attention_memory(n: int, d: int = 64, dtype: Any = np.float32, block: int = 64, *,
+                           seed: int = 0) -> int:
+    """Peak bytes :func:`flashlib.flash_attention` allocates beyond its inputs and output.
+
+    q, k, v are (n, d) in ``dtype`` and ``block_q = block_k = block``; the output (n, d) is
+    subtracted, so what remains is the O(n) workspace (:func:`flashlib.flash.workspace_bytes`)
+    plus the tiles, whose size depends on the block size only.
+    """
+    from flashlib.flash import flash_attention  # lazy, as above
+
+    block = check_block(block, "block")
+    q, k, v = random_qkv(n, d, dtype, seed=seed)
+    out, peak = measure_peak(flash_attention, q, k, v, block_q=block, block_k=block)
     return max(peak - out.nbytes, 0)
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "online_softmax",
     "two_pass_softmax_state",
     "partial_attention",
+    "partial_blocks",
     "merge_partials",
     "finalize_partial",
     "merge_in_order",
@@ -85,7 +86,9 @@ def _exp_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.exp(np.where(np.isnan(diff), -np.inf, diff))
 
 
-def softmax_state_init(shape: tuple[int, ...] = (), dtype: np.dtype | type = np.float64):
+def softmax_state_init(
+    shape: tuple[int, ...] = (), dtype: np.dtype | type = np.float64
+) -> SoftmaxState:
     """The empty state: ``m = -inf``, ``l = 0``, of the given batch ``shape``."""
     return SoftmaxState(np.full(shape, -np.inf, dtype=dtype), np.zeros(shape, dtype=dtype))
 
@@ -165,6 +168,25 @@ def partial_attention(s: np.ndarray, v: np.ndarray) -> PartialAttention:
     m = s.max(axis=-1) if s.shape[-1] else np.full(s.shape[:-1], -np.inf, s.dtype)
     p = _exp_diff(s, m[..., None])
     return PartialAttention(m, p.sum(axis=-1), p @ v)
+
+
+def partial_blocks(s: np.ndarray, v: np.ndarray, block: int) -> list[PartialAttention]:
+    """The partial states of consecutive key blocks of ``block`` keys (the last may be shorter).
+
+    s: (..., n_q, n_k) scores, v: (..., n_k, d_v) values; returns one
+    :func:`partial_attention` per block ``j:j + block`` of the keys, in order.
+    """
+    s = _as_float(s, "s")
+    v = _as_float(v, "v")
+    if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block <= 0:
+        raise ValueError(f"block must be a positive integer, got {block!r}")
+    if s.ndim < 2 or v.ndim < 2 or s.shape[-1] != v.shape[-2]:
+        raise ValueError(
+            f"s (..., n_q, n_k) and v (..., n_k, d_v) disagree: {s.shape} vs {v.shape}"
+        )
+    n_k = s.shape[-1]
+    return [partial_attention(s[..., j : j + block], v[..., j : j + block, :])
+            for j in range(0, n_k, block)]
 
 
 def merge_partials(a: PartialAttention, b: PartialAttention) -> PartialAttention:

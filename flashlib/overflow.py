@@ -15,6 +15,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from flashlib._validate import check_float_dtype
+
 __all__ = [
     "representable_bisect",
     "exp_overflow_threshold",
@@ -26,16 +28,6 @@ __all__ = [
 ]
 
 _INT_FOR_FLOAT = {2: np.int16, 4: np.int32, 8: np.int64}
-
-
-def _float_dtype(dtype: Any) -> np.dtype:
-    try:
-        dt = np.dtype(dtype)
-    except TypeError as err:
-        raise TypeError(f"dtype must be a numpy floating dtype, got {dtype!r}") from err
-    if not np.issubdtype(dt, np.floating) or dt.itemsize not in _INT_FOR_FLOAT:
-        raise TypeError(f"dtype must be float16, float32 or float64, got {dt}")
-    return dt
 
 
 def _to_ordered(x: float, dt: np.dtype) -> int:
@@ -63,7 +55,7 @@ def representable_bisect(
     bisection runs over the *representable* values (their bit patterns, ordered), so it ends
     after at most ``8 * itemsize`` steps on two neighbouring floats.
     """
-    dt = _float_dtype(dtype)
+    dt = check_float_dtype(dtype, "dtype")
     a, b = _to_ordered(lo, dt), _to_ordered(hi, dt)
     if not predicate(_from_ordered(a, dt)) or predicate(_from_ordered(b, dt)):
         raise ValueError("predicate must be true at lo and false at hi")
@@ -88,7 +80,7 @@ def exp_overflow_threshold(dtype: Any) -> float:
     finite, exp(finfo.max) is not); ``log(finfo.max)`` is where it should land, and the tests
     check that it does.
     """
-    dt = _float_dtype(dtype)
+    dt = check_float_dtype(dtype, "dtype")
     x = representable_bisect(
         lambda t: bool(np.isfinite(_exp_in(dt, t))), 0.0, float(np.finfo(dt).max), dt
     )
@@ -100,7 +92,7 @@ def exp_underflow_threshold(dtype: Any) -> float:
 
     Below it every ``exp`` rounds to zero (subnormal results still count as non-zero).
     """
-    dt = _float_dtype(dtype)
+    dt = check_float_dtype(dtype, "dtype")
     # Bisect on -x: "exp(-t) == 0" is false at t = 0 and true at t = finfo.max.
     t = representable_bisect(
         lambda s: bool(_exp_in(dt, -s) != 0), 0.0, float(np.finfo(dt).max), dt

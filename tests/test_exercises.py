@@ -154,6 +154,33 @@ def test_online_update_rejects_typical_bugs():
     assert_fails_with(ex.check_online_update(not_attempted), "not attempted yet")
 
 
+def update_failing_on_stream(kind):
+    """An update right on the five small cases (whose m is at most 2 or at least 1000) that
+    misbehaves on the stream of STREAM_LENGTH values around 500."""
+    def update(m, l, x):  # noqa: E741
+        if 100 < m < 900:
+            if kind == "raise":
+                raise ZeroDivisionError("boom on the stream")
+            if kind == "none":
+                return None
+            if kind == "warn":
+                np.float64(1e308) * np.float64(10.0)  # RuntimeWarning: overflow
+        return good_update(m, l, x)
+    return update
+
+
+@pytest.mark.parametrize(("kind", "phrase"), [
+    ("raise", "your function raised ZeroDivisionError: boom on the stream"),
+    ("none", "return a pair (m_new, l_new), got None"),
+    ("warn", "numpy warned 'RuntimeWarning: overflow"),
+])
+def test_online_update_reports_errors_on_the_stream(kind, phrase):
+    fb = ex.check_online_update(update_failing_on_stream(kind))
+    assert_fails_with(fb, f"a stream of {ex.STREAM_LENGTH} values around 500", phrase)
+    assert "first value" in text(fb)  # the small cases passed; only the stream failed
+    assert len(fb.problems) == 1  # stops at the first bad step
+
+
 # ---- merge ----------------------------------------------------------------------------------
 
 def test_merge_accepts_flashlib_merge():
@@ -200,7 +227,12 @@ def test_merge_rejects_other_bugs():
     def lopsided(a, b):
         return merge_partials(a, b) if a.m[0] >= b.m[0] else merge_partials(a, a)
 
-    assert_fails_with(ex.check_merge(lopsided))
+    assert_fails_with(ex.check_merge(lopsided), "expected max(m_a, m_b)")
+
+    def asymmetric(a, b):  # right for merge(a, b), wrong for merge(b, a)
+        return merge_partials(a, b) if a.m[0] <= b.m[0] else merge_partials(a, a)
+
+    assert_fails_with(ex.check_merge(asymmetric), "the merge must be symmetric")
     assert_fails_with(ex.check_merge(not_attempted), "not attempted yet")
 
 
@@ -240,9 +272,15 @@ def test_merge_counterexample():
     assert_fails_with(ex.check_merge_counterexample(a, wide), "same queries")
 
 
-@pytest.mark.parametrize("checker", [ex.check_stable_softmax, ex.check_online_update,
-                                     ex.check_merge, ex.check_empty_partial,
-                                     ex.check_score_bytes, ex.check_scale_keeps_dtype])
-def test_checkers_report_without_raising(checker):
-    fb = checker(lambda *args: None)
+@pytest.mark.parametrize(("checker", "fn"), [
+    *[(checker, lambda *args: None)
+      for checker in (ex.check_stable_softmax, ex.check_online_update, ex.check_merge,
+                      ex.check_empty_partial, ex.check_score_bytes, ex.check_scale_keeps_dtype,
+                      ex.check_overflow_threshold)],
+    (ex.check_overflow_threshold, lambda dtype: 1 / 0),
+    *[(ex.check_online_update, update_failing_on_stream(kind))
+      for kind in ("raise", "none", "warn")],
+])
+def test_checkers_report_without_raising(checker, fn):
+    fb = checker(fn)
     assert not fb.passed and "NOT YET" in text(fb)

@@ -7,11 +7,13 @@ import tracemalloc
 import numpy as np
 import pytest
 
+from flashlib._validate import check_float_dtype
+from flashlib.flash import workspace_bytes
 from flashlib.memory import (
+    flash_attention_memory,
     measure_peak,
     median_seconds,
     naive_attention_memory,
-    peak_memory,
     random_qkv,
     scale_scores,
     scale_scores_promoting,
@@ -19,13 +21,13 @@ from flashlib.memory import (
 )
 
 
-def test_peak_memory_sees_a_numpy_allocation():
+def test_measure_peak_sees_a_numpy_allocation():
     nbytes = 1 << 20
-    peak = peak_memory(np.ones, nbytes // 8)
+    _, peak = measure_peak(np.ones, nbytes // 8)
     assert nbytes <= peak < nbytes + 64 * 1024
 
 
-def test_peak_memory_counts_freed_temporaries():
+def test_measure_peak_counts_freed_temporaries():
     def temp_then_small():
         big = np.ones(1 << 18)  # 2 MiB, freed before returning
         return float(big.sum())
@@ -35,10 +37,10 @@ def test_peak_memory_counts_freed_temporaries():
     assert peak >= 8 * (1 << 18)
 
 
-def test_peak_memory_nests_inside_running_tracemalloc():
+def test_measure_peak_nests_inside_running_tracemalloc():
     tracemalloc.start()
     try:
-        peak = peak_memory(np.zeros, 1 << 17)
+        _, peak = measure_peak(np.zeros, 1 << 17)
         assert tracemalloc.is_tracing()
     finally:
         tracemalloc.stop()
@@ -52,6 +54,9 @@ def test_score_matrix_bytes():
     for bad in (-1, 2.5, True):
         with pytest.raises(ValueError, match="n_q"):
             score_matrix_bytes(bad)
+    for bad_dtype in (np.int8, np.longdouble):
+        with pytest.raises(TypeError, match="dtype must be"):
+            score_matrix_bytes(4, dtype=bad_dtype)
 
 
 def test_random_qkv_shapes_and_seed():
@@ -85,14 +90,21 @@ def test_promotion_pitfall_and_fix():
 
 def test_promotion_doubles_memory():
     s = np.ones((512, 512), dtype=np.float32)
-    promoted = peak_memory(scale_scores_promoting, s, 64)
-    kept = peak_memory(scale_scores, s, 64)
+    _, promoted = measure_peak(scale_scores_promoting, s, 64)
+    _, kept = measure_peak(scale_scores, s, 64)
     assert 1.9 <= promoted / kept <= 2.3  # plus numpy's casting buffer
 
 
 def test_median_seconds():
-    t = median_seconds(sum, range(1000), repeat=3)
-    assert 0 < t < 1
+    calls = []
+
+    def counted(x):
+        calls.append(x)
+        return sum(x)
+
+    t = median_seconds(counted, range(1000), repeat=3)
+    assert len(calls) == 4  # one warm-up, then `repeat` timed calls
+    assert t >= 0
     with pytest.raises(ValueError, match="repeat"):
         median_seconds(sum, [], repeat=0)
 
@@ -103,12 +115,16 @@ def test_median_seconds():
     ((4, 2.0), ValueError, "d must be"),
     ((4, 4, np.int32), TypeError, "dtype must be"),
     ((4, 4, "nonsense"), TypeError, "dtype must be"),
+    ((4, 4, np.int8), TypeError, "dtype must be"),
+    ((4, 4, np.longdouble), TypeError, "dtype must be"),
 ])
 def test_random_qkv_refuses_bad_input(args, error, match):
     with pytest.raises(error, match=match):
         random_qkv(*args)
     with pytest.raises(error, match=match):
         naive_attention_memory(*args)
+    with pytest.raises(error, match=match):
+        flash_attention_memory(*args)
 
 
 def test_scale_scores_refuses_bad_input():
@@ -116,3 +132,46 @@ def test_scale_scores_refuses_bad_input():
         scale_scores(np.ones((2, 2), dtype=np.int64), 4)
     with pytest.raises(ValueError, match="d must be"):
         scale_scores(np.ones((2, 2)), 0)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("block", [32, 64])
+def test_flash_workspace_is_measured_linear_memory(dtype, block):
+    # tracemalloc: flash_attention's memory beyond inputs and output is workspace_bytes (the part
+    # that grows with n) plus a constant that depends on the block size only (the tiles).
+    sizes = (512, 1024, 2048)
+    measured = [flash_attention_memory(n, 32, dtype, block) for n in sizes]
+    predicted = [workspace_bytes(n, n, 32, dtype) for n in sizes]
+    tiles = [m - p for m, p in zip(measured, predicted, strict=True)]
+    assert all(t >= 0 for t in tiles), tiles
+    assert max(tiles) - min(tiles) <= 0.02 * predicted[-1], tiles
+
+
+def test_workspace_bytes_counts_k_aug_lse_and_the_float16_v_copy():
+    # float32: k_aug (d + 1) x n_k and lse n_q, 4 bytes each
+    assert workspace_bytes(10, 20, 8, np.float32) == ((8 + 1) * 20 + 10) * 4
+    assert workspace_bytes(10, 20, 8, "float64", batch=3) == 3 * ((8 + 1) * 20 + 10) * 8
+    # float16 inputs: float32 statistics, and V is copied to float32
+    assert workspace_bytes(10, 20, 8, np.float16, d_v=5) == ((8 + 1) * 20 + 10 + 20 * 5) * 4
+    with pytest.raises(TypeError, match="dtype must be"):
+        workspace_bytes(4, 4, 4, np.int8)
+    with pytest.raises(ValueError, match="n_k"):
+        workspace_bytes(4, -1, 4, np.float32)
+
+
+def test_flash_attention_memory_grows_linearly():
+    a, b = flash_attention_memory(1024, 16), flash_attention_memory(2048, 16)
+    assert 1.5 <= b / a <= 2.1
+    assert flash_attention_memory(2048, 16) < naive_attention_memory(2048, 16) / 10
+
+
+@pytest.mark.parametrize("bad", [np.int8, np.int64, bool, np.longdouble, np.complex128,
+                                 "not a dtype"])
+def test_check_float_dtype_refuses_non_float16_32_64(bad):
+    with pytest.raises(TypeError, match="dtype_arg must be float16, float32 or float64"):
+        check_float_dtype(bad, "dtype_arg")
+
+
+@pytest.mark.parametrize("good", [np.float16, "float32", np.dtype(np.float64), float])
+def test_check_float_dtype_accepts_float_dtypes(good):
+    assert check_float_dtype(good, "dtype") == np.dtype(good)

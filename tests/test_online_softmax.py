@@ -18,6 +18,7 @@ from flashlib import (
     online_softmax,
     online_softmax_update,
     partial_attention,
+    partial_blocks,
     softmax_state_init,
     two_pass_softmax_state,
 )
@@ -107,7 +108,7 @@ def test_large_values_do_not_overflow():
     assert abs(float(state.l) - (2 + math.exp(-1.0))) <= REL * 3
 
 
-def test_minus_inf_values(rng):
+def test_minus_inf_values():
     x = np.array([-np.inf, -np.inf, 1.0, -np.inf, 2.0])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -256,7 +257,7 @@ def _blocks(n_q=5, n_k=40, d=4, d_v=3, block=7, seed=0):
     q, k = rng.standard_normal((n_q, d)), rng.standard_normal((n_k, d))
     v = rng.standard_normal((n_k, d_v))
     s = (q @ k.T) / np.sqrt(d)
-    parts = [partial_attention(s[:, j:j + block], v[j:j + block]) for j in range(0, n_k, block)]
+    parts = partial_blocks(s, v, block)
     return parts, naive_attention(q, k, v)
 
 
@@ -296,3 +297,31 @@ def test_merge_random_tree_matches_naive_and_is_seeded():
         merge_random_tree(parts, 0)
     with pytest.raises(ValueError, match="parts"):
         merge_random_tree([], np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("block", [1, 3, 7, 40, 100])
+def test_partial_blocks_are_consecutive_partial_attentions(block):
+    rng = np.random.default_rng(0)
+    # a leading head axis, n_q = 5, n_k = 40 (7 does not divide 40: a short last block)
+    s = rng.standard_normal((2, 5, 40))
+    v = rng.standard_normal((2, 40, 3))
+    parts = partial_blocks(s, v, block)
+    assert len(parts) == -(-40 // block)
+    for p, j in zip(parts, range(0, 40, block), strict=True):
+        want = partial_attention(s[..., j:j + block], v[..., j:j + block, :])
+        for got_field, want_field in zip(p, want, strict=True):
+            np.testing.assert_array_equal(got_field, want_field)
+    merged = parts[0]
+    for p in parts[1:]:
+        merged = merge_partials(merged, p)
+    whole = partial_attention(s, v)
+    np.testing.assert_allclose(finalize_partial(merged), finalize_partial(whole), rtol=1e-13)
+
+
+def test_partial_blocks_refuses_bad_input():
+    s, v = np.zeros((2, 6)), np.zeros((6, 3))
+    for bad in (0, -2, 2.0, True):
+        with pytest.raises(ValueError, match="block must be"):
+            partial_blocks(s, v, bad)
+    with pytest.raises(ValueError, match="disagree"):
+        partial_blocks(s, np.zeros((5, 3)), 2)

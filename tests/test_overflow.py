@@ -51,10 +51,15 @@ def test_underflow_threshold_is_the_last_nonzero_exp(dtype):
         assert np.exp(np.nextafter(x, dtype(-np.inf))) == 0
 
 
-@pytest.mark.parametrize("bad", [np.int32, "int64", bool, "not a dtype", np.complex128])
+@pytest.mark.parametrize("bad", [np.int32, np.int8, "int64", bool, "not a dtype",
+                                 np.complex128, np.longdouble])
 def test_thresholds_refuse_non_float_dtypes(bad):
-    with pytest.raises(TypeError, match="dtype"):
+    with pytest.raises(TypeError, match="dtype must be"):
         exp_overflow_threshold(bad)
+    with pytest.raises(TypeError, match="dtype must be"):
+        exp_underflow_threshold(bad)
+    with pytest.raises(TypeError, match="dtype must be"):
+        representable_bisect(lambda t: True, 0.0, 1.0, bad)
 
 
 def test_representable_bisect_finds_neighbours():
