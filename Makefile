@@ -46,8 +46,7 @@ lint: $(STAMP)
 ## make bench: the CPU benchmark at the issue's sizes (long; writes bench-results/*.json),
 ## the optimisation ladder at n = 4096, and every chapter widget's live redraw time
 bench: $(STAMP)
-	$(BIN)/python -m flashlib.bench cpu --n 1024 4096 16384 --causal --repeats 5 \
-		--blocks 64x64,128x64,128x128,256x256
+	$(BIN)/python -m flashlib.bench cpu --n 1024 4096 16384 --causal --repeats 5
 	$(BIN)/python -m flashlib.bench ladder --n 4096
 	$(BIN)/python -m flashlib.bench widgets
 

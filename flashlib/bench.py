@@ -18,9 +18,10 @@ and the JSON says which.  A JSON file records the machine (CPU model, family, fl
 BLAS and its kernel, threads, library versions, flashlib's git commit), the single-thread sgemm
 peak, every time and the ratios.
 
-``cpu`` and ``ladder`` also time the live redraw of every widget of the book's chapters when run
-where a ``_toc.yml`` is (the repository root); ``widgets`` does only that, for the chapters given
-or those of ``_toc.yml``.  Elsewhere the widgets are skipped: flashlib does not need the book.
+``widgets`` times the live redraw of every widget of the chapters given or of those of
+``./_toc.yml`` (the repository root); ``cpu`` and ``ladder`` do the same only with ``--redraw``
+(it executes whole chapters).  Without a ``_toc.yml`` the widgets are skipped: flashlib does not
+need the book.
 
 torch is imported only here and only when asked for: flashlib's numerics never need it.
 """
@@ -47,6 +48,7 @@ import numpy as np
 from flashlib.flash import BLOCK_K, BLOCK_Q, flash_attention
 from flashlib.flash_v1 import flash_attention_v1
 from flashlib.ladder import RUNGS, naive_inplace
+from flashlib.masks import causal_tiles
 from flashlib.naive import naive_attention
 
 __all__ = [
@@ -54,6 +56,9 @@ __all__ = [
     "sgemm_peak",
     "set_threads",
     "time_calls",
+    "median_times",
+    "cpu_details",
+    "flashlib_source",
     "machine_info",
     "cpu_calls",
     "ladder_calls",
@@ -64,6 +69,7 @@ __all__ = [
     "widget_redraw_times",
     "summarise",
     "run",
+    "report",
     "main",
 ]
 
@@ -75,6 +81,10 @@ NAIVE_BATCH_BYTES = 1 << 30
 SGEMM_SIZES = (256, 512, 1024, 2048)
 #: Sequence lengths timed by ``python -m flashlib.bench cpu`` when ``--n`` is not given.
 DEFAULT_NS = (1024, 4096)
+#: Tile sizes (B_r, B_c) of flash_attention timed by ``python -m flashlib.bench cpu`` when
+#: ``--blocks`` is not given: the sweep cited where flashlib.flash chooses BLOCK_Q x BLOCK_K.
+#: The default tile among them is the row "flash", not timed twice.
+DEFAULT_BLOCKS = ((64, 64), (64, 128), (128, 64), (128, 128), (256, 256))
 
 _CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 _threadpool_limiter = None  # keeps threadpoolctl's limit alive
@@ -134,6 +144,18 @@ def time_calls(
     return times
 
 
+def _medians(times: Mapping[str, Sequence[float]]) -> dict[str, float]:
+    return {name: float(statistics.median(ts)) for name, ts in times.items()}
+
+
+def median_times(
+    calls: Mapping[str, Callable[[], object]], repeats: int = 5, *, clock: str = "cpu"
+) -> dict[str, float]:
+    """Median seconds per call of each zero-argument function: :func:`time_calls` (a warm-up
+    call each, then ``repeats`` round-robin calls), reduced to the median."""
+    return _medians(time_calls(calls, repeats, clock=clock))
+
+
 def sgemm_peak(
     sizes: Sequence[int] = SGEMM_SIZES, repeats: int = 5, *, clock: str = "cpu"
 ) -> float:
@@ -146,9 +168,9 @@ def sgemm_peak(
         a, b = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
         c = np.empty_like(a)
         reps = max(repeats, int(4e9 // (2 * n**3)))  # at least ~0.05 s per size
-        times = time_calls({"sgemm": lambda a=a, b=b, c=c: np.matmul(a, b, out=c)}, reps,
-                           clock=clock)
-        best = max(best, 2.0 * n**3 / statistics.median(times["sgemm"]))
+        t = median_times({"sgemm": lambda a=a, b=b, c=c: np.matmul(a, b, out=c)}, reps,
+                         clock=clock)["sgemm"]
+        best = max(best, 2.0 * n**3 / t)
     return best
 
 
@@ -402,12 +424,12 @@ def tile_breakdown(
         np.exp2(scores, out=s)
         np.matmul(s, ones)  # the row sums, as flash_attention computes them
 
-    times = time_calls({
+    med = median_times({
         "matmuls": lambda: (np.matmul(q_aug, k_aug, out=s), np.matmul(s, v, out=pv)),
         "exp2 + row sum": elementwise,
     }, repeats, clock=clock)
-    tiles = -(-n // b_r) * -(-n // b_c)
-    return {name: statistics.median(ts) * tiles for name, ts in times.items()}
+    tiles = causal_tiles(n, n, b_r, b_c, causal=False)[2]
+    return {name: t * tiles for name, t in med.items()}
 
 
 def summarise(
@@ -415,7 +437,7 @@ def summarise(
 ) -> list[dict[str, Any]]:
     """One row per implementation: median and min seconds, GFLOP/s, fraction of the sgemm
     peak, and ratios to naive_inplace and torch_sdpa (when they were timed)."""
-    med = {name: statistics.median(ts) for name, ts in times.items()}
+    med = _medians(times)
     rows = []
     for name, ts in times.items():
         row: dict[str, Any] = {
@@ -457,14 +479,32 @@ def _format_table(title: str, rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _toc_files(node: object) -> list[str]:
+    """The ``root`` and ``file`` entries of a parsed table of contents, in order, at any depth
+    (``chapters``, ``parts``, ``sections``)."""
+    found: list[str] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("root", "file") and isinstance(value, str):
+                found.append(value)
+            else:
+                found.extend(_toc_files(value))
+    elif isinstance(node, list):
+        for item in node:
+            found.extend(_toc_files(item))
+    return found
+
+
 def toc_chapters(toc: str = "_toc.yml") -> list[str]:
-    """The chapter files (root and ``file:`` entries) of a Jupyter Book table of contents, as
-    paths relative to the current directory; empty when ``toc`` does not exist."""
+    """The chapter files (root and ``file:`` entries, at any depth) of a Jupyter Book table of
+    contents, as paths relative to the current directory; empty when ``toc`` does not exist."""
     if not os.path.isfile(toc):
         return []
+    import yaml  # installed with jupyter-book; only the widgets' timing needs it
+
     base = os.path.dirname(toc)
     with open(toc, encoding="utf-8") as f:
-        entries = re.findall(r"^\s*-?\s*(?:root|file):\s*([^\s#]+)", f.read(), re.M)
+        entries = _toc_files(yaml.safe_load(f))
     chapters = []
     for entry in entries:
         path = os.path.join(base, entry)
@@ -580,21 +620,22 @@ def run(
     d: int = 64,
     repeats: int = 5,
     causal_modes: Sequence[bool] = (False,),
-    blocks: Sequence[tuple[int, int]] = ((64, 64), (128, 256), (256, 256)),
+    blocks: Sequence[tuple[int, int]] = DEFAULT_BLOCKS,
     threads: int = 1,
     clock: str = "cpu",
     with_torch: bool = True,
     peak_sgemm: bool = True,
     progress: bool = True,
-    redraw: bool = True,
+    redraw: bool = False,
     chapters: Sequence[str] | None = None,
     png_dir: str | None = None,
 ) -> dict[str, Any]:
     """Run a suite ("cpu", "ladder" or "widgets") and return the JSON-ready results.
 
     ``clock="cpu"`` with ``threads > 1`` becomes ``"wall"`` (the process CPU time adds up every
-    thread's time), noted in ``results["clock_note"]``.  ``redraw``: also time the widgets of
-    ``chapters`` (default: those of ``./_toc.yml``, if any) with :func:`widget_redraw_times`.
+    thread's time), noted in ``results["clock_note"]``.  ``redraw`` (off by default for "cpu"
+    and "ladder": it executes whole chapters): also time the widgets of ``chapters`` (default:
+    those of ``./_toc.yml``, if any) with :func:`widget_redraw_times`, as "widgets" does.
     """
     if suite not in ("cpu", "ladder", "widgets"):
         raise ValueError(f"suite must be 'cpu', 'ladder' or 'widgets', got {suite!r}")
@@ -665,8 +706,7 @@ def run(
         bar.close()
     if redraw:
         results["widget_redraw"] = widget_redraw_times(
-            toc_chapters() if chapters is None else chapters, repeat=repeats,
-                png_dir=png_dir)
+            toc_chapters() if chapters is None else chapters, repeat=repeats, png_dir=png_dir)
     return results
 
 
@@ -726,8 +766,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--causal", action="store_true",
                         help="also time causal attention (and report causal / non-causal)")
     parser.add_argument("--causal-only", action="store_true", help="time causal attention only")
-    parser.add_argument("--blocks", default="64x64,128x256,256x256",
-                        help="extra flash_attention tile sizes B_rxB_c, comma-separated")
+    parser.add_argument("--blocks", default=",".join(f"{r}x{c}" for r, c in DEFAULT_BLOCKS),
+                        help="flash_attention tile sizes B_rxB_c, comma-separated (the default "
+                        "tile is the row 'flash'; default: %(default)s)")
     parser.add_argument("--threads", type=int, default=1,
                         help="BLAS and torch threads; above 1 forces --clock wall")
     parser.add_argument("--clock", choices=sorted(_CLOCKS), default="cpu")
@@ -737,8 +778,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default=None,
                         help="JSON file (default: bench-results/<suite>.json)")
     parser.add_argument("--no-progress", action="store_true")
-    parser.add_argument("--no-redraw", action="store_true",
-                        help="skip timing the widgets' live redraw")
+    parser.add_argument("--redraw", action=argparse.BooleanOptionalAction, default=False,
+                        help="cpu and ladder: also time the widgets' live redraw (executes "
+                        "the chapters; off by default, the widgets suite does only that)")
     parser.add_argument("--png", default=None, metavar="DIR",
                         help="also write every widget frame as a PNG into DIR")
     args = parser.parse_args(argv)
@@ -748,7 +790,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.suite, ns=args.n, heads=args.heads, d=args.d, repeats=args.repeats,
         causal_modes=modes, blocks=_parse_blocks(args.blocks), threads=args.threads,
         clock=args.clock, with_torch=not args.no_torch, peak_sgemm=not args.no_peak,
-        progress=not args.no_progress, redraw=not args.no_redraw,
+        progress=not args.no_progress, redraw=args.redraw,
         chapters=args.chapters or None, png_dir=args.png,
     )
     results["command"] = "python -m flashlib.bench " + " ".join(

@@ -17,16 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.exercises import Feedback, NotAttempted, call_learner
+from flashlib.exercises import Feedback, NotAttempted, _not_attempted, call_learner
 from flashlib.flash import LOG2E
 from flashlib.ladder import RESCALE_THRESHOLD
+from flashlib.masks import causal_tiles
 
 __all__ = [
     "check_scores_base2",
     "check_pv_and_rowsum",
     "check_needs_rescale",
     "check_causal_tiles",
-    "causal_tiles",
 ]
 
 
@@ -41,16 +41,16 @@ def _call(fn: Callable[..., Any], *args: Any) -> tuple[Any, str | None]:
 
 
 def _attempted(fb: Feedback, check: Callable[[], None]) -> Feedback:
+    """Run ``check``; an exercise not attempted yet gets the shared "not attempted" feedback."""
     try:
         check()
     except NotAttempted:
-        fb.fail("not attempted yet: write your code in place of `raise NotImplementedError`")
+        return _not_attempted(fb)
     return fb
 
 
 def check_scores_base2(fn: Callable[[np.ndarray, np.ndarray, float], np.ndarray]) -> Feedback:
-    """``fn(q, k, scale)`` -> ``t`` with ``exp2(t) == exp(scale * q @ k.T)``, q's dtype kept,
-    the constant folded into q (an (n, d) multiply) rather than applied to the (n, n) result."""
+    """``fn(q, k, scale)`` -> ``t`` with ``exp2(t) == exp(scale * q @ k.T)``, q's dtype kept."""
     fb = Feedback("scores in base 2")
 
     def check() -> None:
@@ -172,23 +172,10 @@ def check_needs_rescale(fn: Callable[[np.ndarray, np.ndarray, float], np.ndarray
     return _attempted(fb, check)
 
 
-def causal_tiles(n: int, block_q: int, block_k: int) -> tuple[int, int]:
-    """(computed, masked): tiles a top-left causal FlashAttention computes over an n x n score
-    matrix (the others lie wholly above the diagonal and are skipped), and how many of the
-    computed ones straddle the diagonal and need a mask."""
-    computed = masked = 0
-    for i0 in range(0, n, block_q):
-        i1 = min(i0 + block_q, n)
-        for j0 in range(0, n, block_k):
-            j1 = min(j0 + block_k, n)
-            if j0 <= i1 - 1:  # some row of the block sees key j0
-                computed += 1
-                masked += j1 - 1 > i0  # its top-right entry is hidden
-    return computed, masked
-
-
 def check_causal_tiles(fn: Callable[[int, int, int], tuple[int, int]]) -> Feedback:
-    """``fn(n, block_q, block_k)`` -> (computed, masked) tile counts, as :func:`causal_tiles`."""
+    """``fn(n, block_q, block_k)`` -> (computed, masked) tile counts of an n x n top-left
+    causal score matrix, as :func:`flashlib.masks.causal_tiles` (which also returns the
+    total)."""
     fb = Feedback("causal tiles")
     cases = [(4096, 128, 128), (1000, 128, 128), (256, 64, 128), (256, 128, 64), (10, 3, 4),
              (5, 8, 8)]
@@ -200,8 +187,7 @@ def check_causal_tiles(fn: Callable[[int, int, int], tuple[int, int]]) -> Feedba
             if problem:
                 fb.fail(f"{name}: your function {problem}")
                 continue
-            want = causal_tiles(n, b_r, b_c)
-            total = -(-n // b_r) * -(-n // b_c)
+            *want, total = causal_tiles(n, n, b_r, b_c)
             try:
                 computed, masked = (int(x) for x in got)
             except (TypeError, ValueError):

@@ -44,7 +44,7 @@ import numpy as np
 
 from flashlib._validate import check_block, check_problem
 from flashlib.flash import BLOCK_K, BLOCK_Q, LOG2E, STALE_LIMIT, compute_dtype, flash_attention
-from flashlib.masks import tile_mask
+from flashlib.masks import tile_mask, visible_keys
 
 __all__ = [
     "naive_inplace",
@@ -94,9 +94,8 @@ def naive_inplace(
     dtype = compute_dtype(p.dtype)
     n_q, n_k = p.n_q, p.n_k
     o = np.empty(p.q.shape[:-1] + p.v.shape[-1:], dtype=dtype)
-    hidden = None
-    if p.offset is not None:  # row i may see key j when j <= i + offset
-        hidden = np.arange(n_k)[None, :] > np.arange(n_q)[:, None] + p.offset
+    visible = visible_keys(n_q, n_k, p.offset, None)  # None when not causal
+    hidden = None if visible is None else ~visible
     for b in range(p.q.shape[0]):
         s = (p.q[b].astype(dtype) * dtype.type(p.scale)) @ p.k[b].T.astype(dtype)
         if hidden is not None:
@@ -386,7 +385,8 @@ def rung6_stale_max(
 
 
 #: The ladder in order: (label, function).  Every function has the signature
-#: f(q, k, v, *, block_q, block_k, causal) -> o, except the baseline (no blocks).
+#: f(q, k, v, *, block_q, block_k, causal, scale) -> o; the baseline :func:`naive_inplace`
+#: (no blocks) is not a rung.
 RUNGS: list[tuple[str, Callable[..., np.ndarray]]] = [
     ("0 plain FA2 loop", rung0_plain),
     ("1 exp2, scale in Q", rung1_exp2),

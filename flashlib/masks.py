@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashlib._validate import causal_offset
+from flashlib._validate import causal_offset, check_block
 
 __all__ = [
     "causal_mask",
@@ -19,6 +19,7 @@ __all__ = [
     "straddles_diagonal",
     "hide_above_diagonal",
     "tile_mask",
+    "causal_tiles",
 ]
 
 
@@ -90,3 +91,28 @@ def tile_mask(
             block = block.reshape(-1, i1 - i0, j1 - j0)
             visible = block if visible is None else block & visible
     return visible
+
+
+def causal_tiles(
+    n_q: int, n_k: int, block_q: int, block_k: int, causal: bool | str = True
+) -> tuple[int, int, int]:
+    """(computed, masked, total) tiles of the (n_q, n_k) score matrix cut into B_r x B_c tiles.
+
+    ``total`` is ceil(n_q / B_r) * ceil(n_k / B_c).  ``computed``: the tiles a causal
+    FlashAttention visits, the key blocks before :func:`key_stop` of each query block (the
+    others lie wholly above the diagonal and are skipped); ``masked``: those of them that
+    straddle the diagonal (:func:`straddles_diagonal`) and need the mask.  Not causal
+    (``causal=False``): every tile is computed, none masked.
+    """
+    block_q, block_k = check_block(block_q, "block_q"), check_block(block_k, "block_k")
+    for name, n in (("n_q", n_q), ("n_k", n_k)):
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {n!r}")
+    offset = causal_offset(causal, n_q, n_k)
+    computed = masked = 0
+    for i0 in range(0, n_q, block_q):
+        for j0 in range(0, key_stop(i0, min(i0 + block_q, n_q), n_k, offset), block_k):
+            computed += 1
+            masked += straddles_diagonal(i0, min(j0 + block_k, n_k), offset)
+    total = -(-n_q // block_q) * -(-n_k // block_k)
+    return computed, masked, total

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from flashlib import flash_attention, naive_attention
+from flashlib.flash import LOG2E, STALE_LIMIT
 from flashlib.ladder import RESCALE_THRESHOLD, RUNGS, naive_inplace
+from flashlib.masks import causal_mask, causal_tiles, straddles_diagonal
 
 FUNCS = [("naive_inplace", naive_inplace)] + RUNGS
 IDS = [label for label, _ in FUNCS]
@@ -73,12 +75,18 @@ def test_growing_maximum_takes_the_rescaling_paths(label, fn, dtype):
     """Keys whose scores grow by far more than RESCALE_THRESHOLD (and than log2 of the stale
     limit) along the sequence: rung 5 must rescale, rungs 6 and 7 must redo tiles."""
     rng = np.random.default_rng(2)
+    b_r, b_c = 16, 8
     q, k, v = _qkv(rng, (2,), 50, 96, 16, 8, key_growth=40.0)
-    s = naive_attention(q, k, v, return_lse=True)[1]
-    assert np.ptp(s) > 2 * RESCALE_THRESHOLD  # the test really moves the maximum
+    # the test really moves the maximum: along every row, the base-2 scores of the last key
+    # block top those of the first by more than RESCALE_THRESHOLD (rung 5 rescales), and in
+    # most rows by more than log2(STALE_LIMIT) (rungs 6 and 7 redo a tile)
+    s2 = (q @ k.swapaxes(-1, -2)) / np.sqrt(q.shape[-1]) * LOG2E
+    growth = s2[..., -b_c:].max(axis=-1) - s2[..., :b_c].max(axis=-1)
+    assert np.all(growth > RESCALE_THRESHOLD), growth.min()
+    assert np.mean(growth > np.log2(STALE_LIMIT)) > 0.9
     ref = naive_attention(q, k, v)
     naive_err = np.max(np.abs(naive_attention(*(x.astype(dtype) for x in (q, k, v))) - ref))
-    o = _call(fn, *(x.astype(dtype) for x in (q, k, v)), 16, 8, False)
+    o = _call(fn, *(x.astype(dtype) for x in (q, k, v)), b_r, b_c, False)
     tol = 1e-12 if dtype == np.float64 else max(2 * naive_err, 1e-6)
     assert np.max(np.abs(o - ref)) <= tol, label
 
@@ -140,19 +148,76 @@ def test_check_needs_rescale():
     # m_tile - m_old gives NaN (and a warning) for -inf rows
     nan_based = check_needs_rescale(lambda m, t, th: (t - m) > th)
     assert not nan_based.passed
+    assert "numpy warned" in str(nan_based) and "invalid value" in str(nan_based)
+
+    def todo(m, t, th):
+        raise NotImplementedError
+
+    assert "not attempted" in str(check_needs_rescale(todo))
 
 
 def test_check_causal_tiles():
-    from flashlib.exercises_ladder import causal_tiles, check_causal_tiles
+    from flashlib.exercises_ladder import check_causal_tiles
 
-    assert check_causal_tiles(causal_tiles).passed
+    assert check_causal_tiles(lambda n, bq, bk: causal_tiles(n, n, bq, bk)[:2]).passed
     everything = check_causal_tiles(lambda n, bq, bk: (-(-n // bq) * -(-n // bk), 0))
     assert not everything.passed and "skip" in str(everything)
-    assert causal_tiles(4, 2, 2) == (3, 2)
-    # and the count agrees with what flash_attention actually does
-    from flashlib.masks import key_stop
+    no_mask = check_causal_tiles(lambda n, bq, bk: (causal_tiles(n, n, bq, bk)[0], 0))
+    assert not no_mask.passed and "top-right" in str(no_mask)
+    assert "ZeroDivisionError" in str(check_causal_tiles(lambda n, bq, bk: 1 / 0))
 
-    n, bq, bk = 100, 16, 24
-    computed = sum(len(range(0, key_stop(i0, min(i0 + bq, n), n, 0), bk))
-                   for i0 in range(0, n, bq))
-    assert causal_tiles(n, bq, bk)[0] == computed
+
+# n_q, n_k, block_q, block_k, causal
+TILE_CASES = [
+    (4, 4, 2, 2, True), (100, 100, 16, 24, True), (10, 10, 3, 4, "top_left"),
+    (5, 5, 8, 8, True), (37, 53, 8, 16, True), (37, 53, 8, 16, "bottom_right"),
+    (53, 37, 16, 8, "bottom_right"), (40, 24, 16, 8, "bottom_right"), (33, 17, 5, 7, False),
+    (0, 9, 4, 4, True), (9, 0, 4, 4, "bottom_right"), (1, 1, 1, 1, True),
+]
+
+
+@pytest.mark.parametrize("case", TILE_CASES, ids=[str(c) for c in TILE_CASES])
+def test_causal_tiles_counts_the_tiles_the_mask_leaves(case):
+    """computed: the tiles with a visible entry; masked: those that also hide one; total:
+    all of them.  Checked against the full (n_q, n_k) causal mask, cut into tiles."""
+    n_q, n_k, b_r, b_c, causal = case
+    visible = causal_mask(n_q, n_k, causal)
+    tiles = [visible[i0:i0 + b_r, j0:j0 + b_c]
+             for i0 in range(0, n_q, b_r) for j0 in range(0, n_k, b_c)]
+    computed = sum(bool(t.any()) for t in tiles)
+    masked = sum(bool(t.any() and not t.all()) for t in tiles)
+    assert causal_tiles(n_q, n_k, b_r, b_c, causal) == (computed, masked, len(tiles))
+
+
+def test_causal_tiles_values_and_validation():
+    assert causal_tiles(4, 4, 2, 2) == (3, 2, 4)
+    assert causal_tiles(4096, 4096, 128, 64) == (1056, 64, 2048)  # 32 row blocks x (2i + 2)
+    assert causal_tiles(10, 10, 3, 4, causal=False) == (12, 0, 12)
+    with pytest.raises(ValueError, match="block_q"):
+        causal_tiles(8, 8, 0, 4)
+    with pytest.raises(TypeError, match="block_k"):
+        causal_tiles(8, 8, 4, 2.5)
+    with pytest.raises(ValueError, match="n_q"):
+        causal_tiles(-1, 8, 4, 4)
+    with pytest.raises(ValueError, match="causal"):
+        causal_tiles(8, 8, 4, 4, causal="diagonal")
+
+
+@pytest.mark.parametrize("case", [c for c in TILE_CASES if c[0] and c[1]],
+                         ids=[str(c) for c in TILE_CASES if c[0] and c[1]])
+def test_causal_tiles_is_what_flash_attention_visits(case, monkeypatch):
+    """flash_attention asks straddles_diagonal once per tile it computes: count those calls."""
+    import flashlib.flash
+
+    n_q, n_k, b_r, b_c, causal = case
+    seen = []
+
+    def counting(i0, j1, offset):
+        seen.append(straddles_diagonal(i0, j1, offset))
+        return seen[-1]
+
+    monkeypatch.setattr(flashlib.flash, "straddles_diagonal", counting)
+    x = np.random.default_rng(0).standard_normal((max(n_q, n_k), 4))
+    flash_attention(x[:n_q], x[:n_k], x[:n_k], block_q=b_r, block_k=b_c, causal=causal)
+    computed, masked, _ = causal_tiles(n_q, n_k, b_r, b_c, causal)
+    assert (len(seen), sum(seen)) == (computed, masked)
