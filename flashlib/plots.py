@@ -45,8 +45,6 @@ def use_book_style() -> None:
             "image.cmap": "viridis",  # perceptually uniform, colour-blind safe
             "figure.figsize": (6.4, 3.6),
             "figure.dpi": DPI,
-            "savefig.dpi": DPI,
-            "figure.constrained_layout.use": True,
             "axes.spines.top": False,
             "axes.spines.right": False,
             "axes.grid": True,
@@ -55,7 +53,6 @@ def use_book_style() -> None:
             # Titles at a fixed height above the axes: what the automatic placement picks for
             # every figure of the book (no tick labels on top), without its per-draw search.
             "axes.titley": 1.0,
-            "svg.hashsalt": "flashlib",
         }
     )
 
@@ -141,10 +138,20 @@ class StaticFigure:
         return {"text/html": img, "image/png": data, "text/plain": f"<figure: {self.alt}>"}
 
 
+def check_alt(alt: Any) -> None:
+    """ValueError unless ``alt`` is a non-empty text describing a figure."""
+    if not isinstance(alt, str) or not alt.strip():
+        raise ValueError("alt: expected a non-empty text describing the figure")
+
+
+def check_figure(fig: Any, name: str = "fig") -> None:
+    """TypeError unless ``fig`` (the argument or result called ``name``) is a matplotlib Figure."""
+    if not hasattr(fig, "savefig"):
+        raise TypeError(f"{name}: expected a matplotlib Figure, got {type(fig).__name__}")
+
+
 def show(fig: Any, *, alt: str) -> StaticFigure:
     """Render ``fig`` with alt text (a required, non-empty description); closes the figure."""
-    if not isinstance(alt, str) or not alt.strip():
-        raise ValueError("alt: expected a non-empty description of the figure")
-    if not hasattr(fig, "savefig"):
-        raise TypeError(f"fig: expected a matplotlib Figure, got {type(fig).__name__}")
+    check_alt(alt)
+    check_figure(fig)
     return StaticFigure(figure_png(fig), alt)

@@ -17,12 +17,13 @@ The returned :class:`InteractiveFigure`, as a cell's last expression, shows
   that switch frames when an ``<input type="range">`` moves. No kernel, no request.
 
 Fast live redraws: a ``draw`` may build a new figure on every call, but a slider move then pays
-for creating the axes, their ticks and a constrained layout (well over 100 ms on a small
-machine). Instead build the figure once, outside ``draw``, with fixed axes limits and ticks, and
-let ``draw`` only update its artists (``bar.set_height``, ``line.set_data``, ``text.set_text``,
-``ax.set_title``) and return that same figure. When ``draw`` returns the figure it returned
-before, the figure's first layout is kept (:func:`flashlib.plots.freeze_layout`): each redraw is
-then one draw pass on a reused renderer. Measure with :func:`redraw_time`.
+for creating the axes, their ticks and a constrained layout (measure it on your machine with
+``python -m flashlib.bench widgets``). Instead build the figure once, outside ``draw``, with
+fixed axes limits and ticks, and let ``draw`` only update its artists (``bar.set_height``,
+``line.set_data``, ``text.set_text``, ``ax.set_title``) and return that same figure. When
+``draw`` returns the figure it returned before, the figure's first layout is kept
+(:func:`flashlib.plots.freeze_layout`): each redraw is then one draw pass on a reused renderer.
+Measure with :func:`redraw_time`.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from flashlib.plots import figure_png, freeze_layout, layout_frozen
+from flashlib.plots import check_alt, check_figure, figure_png, freeze_layout, layout_frozen
 
 #: Environment variable that selects the static (website) rendering.
 STATIC_ENV = "FLASHLIB_STATIC_WIDGETS"
@@ -104,8 +105,7 @@ class InteractiveFigure:
         first frame (see the module docstring); a new figure per call is laid out every time.
         """
         fig = self.draw(**values)
-        if not hasattr(fig, "savefig"):
-            raise TypeError(f"draw: expected it to return a matplotlib Figure, got {type(fig)}")
+        check_figure(fig, "draw(**values)")
         if fig is self._last_figure and not layout_frozen(fig):
             freeze_layout(fig)  # drawn before: keep that layout, skip the layout pass
         self._last_figure = fig
@@ -113,15 +113,12 @@ class InteractiveFigure:
 
     def frames(self) -> tuple[list[str], list[int]]:
         """Unique base64 PNG frames and, for each grid point, the index of its frame."""
-        frames: list[str] = []
-        seen: dict[str, int] = {}
+        seen: dict[str, int] = {}  # frame -> its index; dicts keep insertion order
         index = []
         for values in self.grid:
             png = base64.b64encode(self.render(values)).decode("ascii")
             index.append(seen.setdefault(png, len(seen)))
-            if index[-1] == len(frames):
-                frames.append(png)
-        return frames, index
+        return list(seen), index
 
     def to_html(self) -> str:
         """The static, kernel-free version: range inputs + precomputed frames + a little JS."""
@@ -133,9 +130,7 @@ class InteractiveFigure:
         digest = hashlib.sha1(payload.encode() + self.alt.encode()).hexdigest()
         uid = f"flashlib-ifig-{digest[:12]}"
         start = [values.index(self.defaults[name]) for name, values in self.sliders.items()]
-        first = 0
-        for k, i in enumerate(start):
-            first = first * len(labels[k]) + i
+        first = self.grid.index(self.defaults)
         controls = "".join(
             f'<label>{html.escape(name)} <input type="range" min="0" max="{len(values) - 1}" '
             f'step="1" value="{i}" aria-label="{html.escape(name)}" '
@@ -148,7 +143,7 @@ class InteractiveFigure:
             f'<div class="flashlib-ifig" id="{uid}">'
             f'<div class="flashlib-ifig-controls">{controls}</div>'
             f'<img src="data:image/png;base64,{frames[index[first]]}" '
-            f'alt="{html.escape(self.alt)}" style="max-width:100%;height:auto">'
+            f'alt="{html.escape(self.alt)}">'
             f'<script type="application/json" class="flashlib-ifig-data">{payload}</script>'
             f"<script>{script}</script></div>"
         )
@@ -201,8 +196,7 @@ def _check(
 ) -> tuple[dict[str, list[Any]], dict[str, Any]]:
     if not callable(draw):
         raise TypeError(f"draw: expected a callable draw(**values) -> Figure, got {type(draw)}")
-    if not isinstance(alt, str) or not alt.strip():
-        raise ValueError("alt: expected a non-empty text describing the figure")
+    check_alt(alt)
     if not isinstance(sliders, Mapping) or not sliders:
         raise ValueError("sliders: expected a non-empty dict {name: [values, ...]}")
     grid: dict[str, list[Any]] = {}

@@ -6,7 +6,9 @@ at the chapter's generated notebook, ``notebooks/<name>.ipynb`` (``make notebook
     https://colab.research.google.com/github/<org>/<repo>/blob/<branch>/notebooks/<name>.ipynb
 
 where ``<org>/<repo>`` and ``<branch>`` come from ``repository:`` in _config.yml (the only place
-the URL is configured). A chapter without its notebook is a build warning (so ``-W`` fails).
+the URL is configured), read by ``notebooks.repository()`` (scripts/notebooks.py; scripts/ is on
+``sys.path`` because Jupyter Book adds the ``local_extensions`` folders to it).
+A chapter without its notebook is a build warning (so ``-W`` fails).
 
 It also sets ``FLASHLIB_STATIC_WIDGETS=1`` for the kernels that execute the chapters, so that
 :func:`flashlib.widgets.interactive_figure` renders its no-kernel HTML version for the website.
@@ -22,6 +24,8 @@ from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.util import logging
 
+from notebooks import is_notebook, repository
+
 logger = logging.getLogger(__name__)
 
 COLAB = "https://colab.research.google.com/github"
@@ -36,16 +40,10 @@ def colab_url(repository_url: str, branch: str, name: str) -> str:
     return f"{COLAB}/{repo}/blob/{branch}/notebooks/{name}.ipynb"
 
 
-def _is_notebook(path: Path) -> bool:
-    """A MyST Markdown notebook declares a kernelspec in its front matter."""
-    head = path.read_text(encoding="utf-8").split("\n---", 1)[0]
-    return path.suffix == ".md" and head.startswith("---") and "kernelspec:" in head
-
-
 def add_colab_link(app: Sphinx, doctree: nodes.document) -> None:
     env = app.env
     source = Path(env.doc2path(env.docname))
-    if not _is_notebook(source):
+    if not is_notebook(source):
         return
     name = source.stem
     if not (Path(app.srcdir) / "notebooks" / f"{name}.ipynb").is_file():
@@ -56,8 +54,7 @@ def add_colab_link(app: Sphinx, doctree: nodes.document) -> None:
             location=env.docname,
         )
         return
-    options = app.config.html_theme_options
-    url = colab_url(options["repository_url"], options.get("repository_branch", "main"), name)
+    url = colab_url(*repository(), name)
     link = nodes.reference("", "Open in Colab", refuri=url, internal=False)
     para = nodes.paragraph("", "", link, classes=["colab-link"])
     section = next(iter(doctree.findall(nodes.section)), None)
@@ -68,8 +65,10 @@ def add_colab_link(app: Sphinx, doctree: nodes.document) -> None:
 
 
 def dedupe_scripts(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
-    """Drop repeated <script> entries (sphinx-thebe adds its config twice under Jupyter Book,
-    a console error: "Identifier 'THEBE_JS_URL' has already been declared")."""
+    """Drop repeated <script> entries. Jupyter Book always loads sphinx-thebe and
+    sphinx-togglebutton (even with thebe off), and their inline config scripts reach every page
+    twice; the repeated ``const THEBE_JS_URL`` is a console error ("Identifier 'THEBE_JS_URL'
+    has already been declared")."""
     seen, unique = set(), []
     for script in context.get("script_files", []):
         name = getattr(script, "filename", script) or ""  # body-only scripts: None or ""

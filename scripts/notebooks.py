@@ -51,28 +51,31 @@ KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python
 
 
 def toc_files() -> list[Path]:
-    """Source files of every page in _toc.yml, in order."""
+    """Source files of every page in _toc.yml (``format: jb-book``, flat ``chapters``), in
+    order; ValueError for an entry without its ``.md`` file or a toc of another shape."""
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    names = [toc["root"]]
-
-    def walk(entries: list[dict]) -> None:
-        for entry in entries:
-            if "file" in entry:
-                names.append(entry["file"])
-            walk(entry.get("chapters", []) + entry.get("sections", []))
-            for part in entry.get("parts", []):
-                walk(part.get("chapters", []))
-
-    walk(toc.get("chapters", []))
-    for part in toc.get("parts", []):
-        walk(part.get("chapters", []))
-    return [ROOT / f"{name}.md" for name in names if (ROOT / f"{name}.md").is_file()]
+    if "parts" in toc or any(set(entry) - {"file", "title"} for entry in toc.get("chapters", [])):
+        raise ValueError("_toc.yml: expected a root and a flat list of `- file:` chapters")
+    paths = [ROOT / f"{name}.md" for name in
+             [toc["root"], *(entry["file"] for entry in toc.get("chapters", []))]]
+    for path in paths:
+        if not path.is_file():
+            raise ValueError(f"_toc.yml lists {path.relative_to(ROOT).with_suffix('')}, "
+                             f"but there is no {path.relative_to(ROOT)}")
+    return paths
 
 
 def is_notebook(path: Path) -> bool:
-    """A MyST Markdown notebook declares a kernelspec in its YAML front matter."""
+    """A MyST Markdown notebook (``.md``) declares a kernelspec in its YAML front matter."""
     text = path.read_text(encoding="utf-8")
-    return text.startswith("---") and "kernelspec:" in text.split("\n---", 1)[0]
+    head = text.split("\n---", 1)[0]
+    return path.suffix == ".md" and head.startswith("---") and "kernelspec:" in head
+
+
+def repository() -> tuple[str, str]:
+    """``(url, branch)`` of ``repository:`` in _config.yml, the one place they are set."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))["repository"]
+    return config["url"], config.get("branch", "main")
 
 
 def chapters() -> list[Path]:
@@ -220,9 +223,9 @@ def quote(text: str) -> str:
 
 
 def raw_url(path: Path) -> str:
-    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))["repository"]
-    repo = config["url"].removeprefix("https://github.com/")
-    return f"https://raw.githubusercontent.com/{repo}/{config.get('branch', 'main')}/" + (
+    url, branch = repository()
+    repo = url.removeprefix("https://github.com/")
+    return f"https://raw.githubusercontent.com/{repo}/{branch}/" + (
         path.resolve().relative_to(ROOT).as_posix())
 
 
@@ -230,7 +233,7 @@ def directive(name: str, arg: str, options: dict[str, str], body: str, page: Pag
     """One MyST directive as CommonMark (``body`` is already rewritten)."""
     if name == "literalinclude":
         return literalinclude(arg, options, page)
-    if name in ("exercise", "prf:exercise"):
+    if name == "exercise":
         number = len(page.exercises) + 1
         if "label" in options:
             page.exercises[options["label"]] = number
@@ -242,7 +245,7 @@ def directive(name: str, arg: str, options: dict[str, str], body: str, page: Pag
         return f"{title}\n\n{body}" if body else title
     if name == "solution-end":
         return ""
-    if name in ("math", "prf:math"):
+    if name == "math":
         return f"$$\n{body}\n$$"
     if name in ("figure", "image"):
         alt = options.get("alt") or body or ""
@@ -343,11 +346,6 @@ def colab_cell() -> nbformat.NotebookNode:
     return cell
 
 
-def repository_url() -> str:
-    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
-    return config["repository"]["url"]
-
-
 def install_urls(text: str) -> list[str]:
     """Every ``git+URL`` that ``text`` installs from (the Colab cell, the README)."""
     return re.findall(r"git\+(https?://[^\s\"'`)]+)", text)
@@ -357,10 +355,11 @@ def problems() -> list[str]:
     """Everything `check` complains about (empty list: all good)."""
     found = []
     setup = colab_cell()
-    if install_urls(setup.source) != [repository_url()]:
+    url, _ = repository()
+    if install_urls(setup.source) != [url]:
         found.append(
             f"{COLAB_CELL.name}: installs {install_urls(setup.source)}, not exactly "
-            f"git+{repository_url()} (_config.yml repository.url)"
+            f"git+{url} (_config.yml repository.url)"
         )
     sources = chapters()
     for source in sources:

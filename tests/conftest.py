@@ -8,6 +8,8 @@ The reference attention below is deliberately tiny and written from the definiti
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,6 +26,12 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "flashlib-ci"))
+
+# scripts/ (notebooks.py, colab_link.py) importable as top-level modules, as in the book build
+# (Jupyter Book puts the local_extensions folder on sys.path): one module object per script.
+_SCRIPTS = str(Path(__file__).resolve().parent.parent / "scripts")
+if _SCRIPTS not in sys.path:
+    sys.path.insert(0, _SCRIPTS)
 
 # Keep the 2-core machine predictable: one BLAS thread, one torch thread.
 try:

@@ -4,26 +4,14 @@ scripts/notebooks.py that makes the generated notebooks readable in plain Jupyte
 from __future__ import annotations
 
 import builtins
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
+import notebooks as nbgen  # scripts/ is on sys.path (tests/conftest.py)
 from flashlib import book
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _load_notebooks():
-    spec = importlib.util.spec_from_file_location("notebooks", ROOT / "scripts" / "notebooks.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("notebooks", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-nbgen = _load_notebooks()
 
 
 # flashlib.book ---------------------------------------------------------------------------------

@@ -2,29 +2,41 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
+import colab_link  # scripts/ is on sys.path (tests/conftest.py)
 import pytest
+import yaml
+
+import notebooks
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-notebooks = load("notebooks")
-
-
 def test_every_chapter_is_a_notebook_in_the_toc():
-    names = [path.stem for path in notebooks.chapters()]
-    assert "intro" in names, names
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    entries = [toc["root"], *(entry["file"] for entry in toc["chapters"])]
+    pages = [path.relative_to(ROOT).with_suffix("").as_posix() for path in notebooks.toc_files()]
+    assert pages == entries
+    chapters = [path.relative_to(ROOT).with_suffix("").as_posix() for path in notebooks.chapters()]
+    assert chapters == [e for e in entries if e != "book/references"], chapters
+    assert chapters[0] == "book/intro"
+
+
+def test_toc_entry_without_its_file_is_an_error(tmp_path, monkeypatch):
+    (tmp_path / "book").mkdir()
+    (tmp_path / "book" / "intro.md").write_text("# Intro\n", encoding="utf-8")
+    (tmp_path / "_toc.yml").write_text(
+        "format: jb-book\nroot: book/intro\nchapters:\n  - file: book/missing\n",
+        encoding="utf-8")
+    monkeypatch.setattr(notebooks, "ROOT", tmp_path)
+    with pytest.raises(ValueError, match="book/missing.md"):
+        notebooks.toc_files()
+    (tmp_path / "_toc.yml").write_text(
+        "format: jb-book\nroot: book/intro\nparts:\n  - chapters:\n    - file: book/intro\n",
+        encoding="utf-8")
+    with pytest.raises(ValueError, match="flat list"):
+        notebooks.toc_files()
 
 
 def test_notebooks_in_sync_with_book():
@@ -51,11 +63,10 @@ def test_colab_setup_cell_installs_only_on_colab(source):
     assert cells and cells[0].source == setup.source, "the set-up cell must be the first code cell"
     assert cells[0].metadata["tags"] == ["remove-cell"]
     assert 'if "google.colab" in sys.modules' in setup.source
-    assert f"git+{notebooks.repository_url()}" in setup.source
+    assert f"git+{notebooks.repository()[0]}" in setup.source
 
 
 def test_colab_url():
-    colab_link = load("colab_link")
     url = colab_link.colab_url("https://github.com/org/repo", "main", "intro")
     assert url == "https://colab.research.google.com/github/org/repo/blob/main/notebooks/intro.ipynb"
     with pytest.raises(ValueError, match="github.com"):
@@ -64,10 +75,18 @@ def test_colab_url():
 
 def test_colab_cell_installs_exactly_the_configured_repository():
     setup = notebooks.colab_cell()
-    assert notebooks.install_urls(setup.source) == [notebooks.repository_url()]
+    url, _ = notebooks.repository()
+    assert notebooks.install_urls(setup.source) == [url]
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    for url in notebooks.install_urls(readme):
-        assert url == notebooks.repository_url(), "README.md installs from another repository"
+    for installed in notebooks.install_urls(readme):
+        assert installed == url, "README.md installs from another repository"
+
+
+def test_repository_is_the_configured_one():
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))["repository"]
+    assert notebooks.repository() == (config["url"], config["branch"])
+    assert colab_link.repository is notebooks.repository
+    assert colab_link.is_notebook is notebooks.is_notebook
 
 
 def test_install_urls():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import re
 import shutil
 import tempfile
 import threading
@@ -18,7 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
+import colab_link  # scripts/ is on sys.path (tests/conftest.py)
 import pytest
+
+import notebooks
 
 ROOT = Path(__file__).resolve().parent.parent
 SITE = ROOT / "_build" / "html"
@@ -92,6 +96,17 @@ def test_site_was_built() -> None:
     assert "book/intro.html" in pages, f"no book/intro.html among {pages}"
 
 
+def test_no_page_repeats_a_script() -> None:
+    """scripts/colab_link.py dedupe_scripts: sphinx-thebe's config script, repeated, is a
+    console error (the browser test would catch it only on pages it opens)."""
+    assert site_pages(), f"{SITE} is missing: run `make book` first"
+    for page_path in site_pages():
+        text = (SITE / page_path).read_text(encoding="utf-8")
+        scripts = re.findall(r"<script\b[^>]*>.*?</script>", text, re.S)
+        repeated = {s[:100] for s in scripts if scripts.count(s) > 1}
+        assert not repeated, f"{page_path}: repeated <script> elements: {repeated}"
+
+
 @pytest.mark.parametrize("page_path", site_pages() or ["<missing _build/html: run make book>"])
 def test_page(server: str, browser_context, page_path: str) -> None:
     if page_path.startswith("<"):
@@ -145,7 +160,7 @@ def test_page(server: str, browser_context, page_path: str) -> None:
             href = colab.first.get_attribute("href")
             name = Path(page_path).stem
             assert href.startswith("https://colab.research.google.com/github/"), href
-            assert href.endswith(f"/blob/main/notebooks/{name}.ipynb"), href
+            assert href == colab_link.colab_url(*notebooks.repository(), name), href
             assert (ROOT / "notebooks" / f"{name}.ipynb").is_file(), href
 
         # every interactive figure is visible and each slider changes its figure

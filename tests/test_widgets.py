@@ -63,6 +63,12 @@ def test_static_bundle_is_self_contained_html(static):
     first = data["frames"][data["index"][1 * 2 + 0]]
     assert f'src="data:image/png;base64,{first}"' in html
     assert 'value="1"' in html
+    # both sliders off their first value: the last frame (n=1024 -> 2, float32 -> 1)
+    last = widgets.interactive_figure(draw, SLIDERS, defaults={"n": 1024, "dtype": "float32"},
+                                      alt="Bars").to_html()
+    data = payload(last)
+    assert f'src="data:image/png;base64,{data["frames"][data["index"][2 * 2 + 1]]}"' in last
+    assert 'value="2"' in last and 'value="1"' in last
 
 
 def test_static_frames_are_deduplicated_and_deterministic(static):
@@ -124,8 +130,20 @@ def test_bad_arguments(kwargs, error, match):
 
 def test_draw_must_return_a_figure(static):
     fig = widgets.interactive_figure(lambda n: n, {"n": [1, 2]}, alt="x")
-    with pytest.raises(TypeError, match="draw"):
+    message = r"draw\(\*\*values\): expected a matplotlib Figure, got int"
+    with pytest.raises(TypeError, match=message):
         fig.to_html()
+
+
+def test_widgets_and_plots_check_alt_text_the_same_way():
+    message = "alt: expected a non-empty text describing the figure"
+    with pytest.raises(ValueError, match=message):
+        widgets.interactive_figure(draw, SLIDERS, alt="  ")
+    fig, _ = plots.new_figure()
+    with pytest.raises(ValueError, match=message):
+        plots.show(fig, alt="")
+    with pytest.raises(TypeError, match="fig: expected a matplotlib Figure, got str"):
+        plots.show("not a figure", alt="x")
 
 
 def test_redraw_time_is_a_positive_median():
