@@ -2,8 +2,8 @@
 
 numpy is the reference path (it runs anywhere, Pyodide included).  One concept per module:
 
-- :mod:`flashlib.softmax`         the numerically stable softmax
-- :mod:`flashlib.online_softmax`  the one-pass (m, l) update and the merge of partial states
+- :mod:`flashlib.stable_softmax`  the numerically stable softmax
+- :mod:`flashlib.online`          the one-pass (m, l) update and the merge of partial states
 - :mod:`flashlib.masks`           causal alignments, boolean masks and their tiles
 - :mod:`flashlib.naive`           standard attention (materialises S and P) and its backward
 - :mod:`flashlib.flash_v1`        FlashAttention, Algorithm 1 loop order
@@ -11,14 +11,14 @@ numpy is the reference path (it runs anywhere, Pyodide included).  One concept p
 - :mod:`flashlib.backward`        the recomputing backward pass
 """
 
-from flashlib import online_softmax as _online_softmax
+from flashlib import online as _online
 from flashlib.backward import flash_attention_backward
 from flashlib.flash import flash_attention
 from flashlib.flash_v1 import flash_attention_v1
 from flashlib.masks import causal_mask
 from flashlib.naive import naive_attention, naive_attention_backward
-from flashlib.online_softmax import *  # noqa: F403  (its __all__: the online-softmax API)
-from flashlib.softmax import softmax
+from flashlib.online import *  # noqa: F403  (its __all__: the online-softmax API)
+from flashlib.stable_softmax import softmax
 
 __all__ = [
     "softmax",
@@ -28,7 +28,7 @@ __all__ = [
     "flash_attention",
     "flash_attention_backward",
     "causal_mask",
-    *_online_softmax.__all__,
+    *_online.__all__,
 ]
 
 __version__ = "0.1.0"

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.online_softmax import (
+from flashlib.online import (
     PartialAttention,
     finalize_partial,
     merge_partials,
@@ -27,7 +27,7 @@ from flashlib.online_softmax import (
     two_pass_softmax_state,
 )
 from flashlib.overflow import exp_overflow_threshold
-from flashlib.softmax import softmax
+from flashlib.stable_softmax import softmax
 
 __all__ = [
     "Feedback",

@@ -17,7 +17,7 @@ import numpy as np
 
 from flashlib.exercises import Feedback, NotAttempted, call_learner
 from flashlib.naive import naive_attention
-from flashlib.softmax import softmax
+from flashlib.stable_softmax import softmax
 
 __all__ = ["check_attention_flops", "check_attention_shapes", "check_reference_attention"]
 

@@ -77,9 +77,9 @@ def page(name="online-softmax"):
 def test_literalinclude_pyobject_is_the_current_source():
     import inspect
 
-    from flashlib.online_softmax import merge_partials
+    from flashlib.online import merge_partials
 
-    text = "```{literalinclude} ../flashlib/online_softmax.py\n:pyobject: merge_partials\n```"
+    text = "```{literalinclude} ../flashlib/online.py\n:pyobject: merge_partials\n```"
     out = nbgen.jupyter_markdown(text, page())
     assert out == "```python\n" + inspect.getsource(merge_partials).rstrip("\n") + "\n```"
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from flashlib import exercises as ex
-from flashlib.online_softmax import PartialAttention, merge_partials, partial_attention
+from flashlib.online import PartialAttention, merge_partials, partial_attention
 from flashlib.overflow import exp_overflow_threshold
 
 

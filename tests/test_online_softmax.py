@@ -262,7 +262,7 @@ def _blocks(n_q=5, n_k=40, d=4, d_v=3, block=7, seed=0):
 
 
 def test_merge_in_order_any_permutation_matches_naive():
-    from flashlib.online_softmax import merge_in_order
+    from flashlib.online import merge_in_order
 
     parts, ref = _blocks()
     rng = np.random.default_rng(0)
@@ -274,7 +274,7 @@ def test_merge_in_order_any_permutation_matches_naive():
 
 
 def test_merge_in_order_rejects_bad_order():
-    from flashlib.online_softmax import merge_in_order
+    from flashlib.online import merge_in_order
 
     parts, _ = _blocks()
     with pytest.raises(ValueError, match="order"):
@@ -284,7 +284,7 @@ def test_merge_in_order_rejects_bad_order():
 
 
 def test_merge_random_tree_matches_naive_and_is_seeded():
-    from flashlib.online_softmax import merge_random_tree
+    from flashlib.online import merge_random_tree
 
     parts, ref = _blocks(block=3)
     outs = [finalize_partial(merge_random_tree(parts, np.random.default_rng(seed)))
