@@ -46,6 +46,8 @@ from flashlib.plots import check_alt, check_figure, figure_png, freeze_layout, l
 STATIC_ENV = "FLASHLIB_STATIC_WIDGETS"
 #: Largest slider grid (number of precomputed frames) accepted.
 MAX_FRAMES = 64
+#: The MIME type of a live widget's view in a notebook (ipywidgets 7 and 8 alike).
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 _SCRIPT = """(function () {
   var root = document.getElementById(%(id)s);
@@ -184,10 +186,18 @@ class InteractiveFigure:
         return self._widget
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
+        """The static HTML (book build) or the live widget's view, built here rather than
+        asked of the widget: ipywidgets 8 displays a widget through ``_repr_mimebundle_``,
+        ipywidgets 7 (Colab's 7.7.1) through ``_ipython_display_`` and has no such method.
+        The ``widget-view+json`` bundle (protocol version 2.0) is the same in both."""
         if static_mode():
             return {"text/html": self.to_html(), "text/plain": repr(self)}
-        bundle = self.widget()._repr_mimebundle_()
-        bundle["text/plain"] = repr(self)
+        box = self.widget()
+        bundle = {"text/plain": repr(self), WIDGET_VIEW: {
+            "version_major": 2, "version_minor": 0, "model_id": box.model_id}}
+        handle_displayed = getattr(box, "_handle_displayed", None)  # ipywidgets 7 callbacks
+        if handle_displayed is not None:
+            handle_displayed()
         return bundle
 
 
