@@ -88,7 +88,7 @@ DEFAULT_BLOCKS = ((64, 64), (64, 128), (128, 64), (128, 128), (256, 256))
 
 _CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 _threadpool_limiter = None  # keeps threadpoolctl's limit alive
-_threads = 1
+_threads: int | None = None  # set by set_threads
 
 
 def attention_flops(heads: int, n_q: int, n_k: int, d: int, causal: bool = False) -> float:
@@ -98,16 +98,25 @@ def attention_flops(heads: int, n_q: int, n_k: int, d: int, causal: bool = False
     return flops / 2 if causal else flops
 
 
-def set_threads(threads: int = 1) -> None:
-    """Pin BLAS (threadpoolctl) and, if it is already imported, torch to ``threads`` threads."""
-    global _threadpool_limiter, _threads
-    from threadpoolctl import threadpool_limits
+def set_threads(threads: int = 1) -> bool:
+    """Pin BLAS (threadpoolctl) and torch (now if it is imported, else when
+    :func:`torch_calls` imports it) to ``threads`` threads.
 
+    Returns whether BLAS is pinned: False when threadpoolctl is not installed (it comes with
+    ``pip install "flashlib[bench]"``; a chapter then says that its times are not one-thread
+    times), in which case only torch is pinned.
+    """
+    global _threadpool_limiter, _threads
     _threads = threads
-    _threadpool_limiter = threadpool_limits(threads)
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.set_num_threads(threads)
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return False
+    _threadpool_limiter = threadpool_limits(threads)
+    return True
 
 
 def time_calls(
@@ -322,7 +331,7 @@ def torch_calls(q, k, v, causal: bool = False) -> dict[str, Callable[[], object]
     """
     import torch
 
-    if _threadpool_limiter is not None:
+    if _threads is not None:
         torch.set_num_threads(_threads)
 
     tq, tk, tv = (torch.from_numpy(x)[None] for x in (q, k, v))  # (1, heads, n, d): 4-D

@@ -267,3 +267,22 @@ def test_flops_and_summary():
     assert flash["vs_naive_inplace"] == pytest.approx(0.5)
     assert flash["peak_fraction"] == pytest.approx(1.0)
     assert np.isclose(flash["gflops"], 2.0)
+
+
+def test_set_threads_says_whether_blas_is_pinned(monkeypatch):
+    """A chapter pins one thread without the bench extra when it can, and says so when it
+    cannot (threadpoolctl missing): set_threads returns False instead of raising."""
+    import builtins
+
+    assert bench.set_threads(1) is True  # threadpoolctl is pinned in requirements.txt
+    real_import = builtins.__import__
+
+    def no_threadpoolctl(name, *args, **kwargs):
+        if name == "threadpoolctl":
+            raise ImportError("No module named 'threadpoolctl'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_threadpoolctl)
+    assert bench.set_threads(1) is False
+    monkeypatch.undo()
+    assert bench.set_threads(1) is True
