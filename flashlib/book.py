@@ -3,6 +3,8 @@
 glue        myst-nb's ``glue`` when myst-nb is installed (the book build); elsewhere (Colab, a
             plain Jupyter) it only records the value, so the chapters run without myst-nb
 glued       the values recorded by :func:`glue` in this kernel, by name
+print_glued prints ``name = value`` for glued values as the text formats them: the generated
+            notebooks call it before each text cell that cites them (scripts/notebooks.py)
 html_table  a small HTML table (header + rows) for a cell's output
 """
 
@@ -12,7 +14,7 @@ import html
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["glue", "glued", "html_table"]
+__all__ = ["glue", "glued", "print_glued", "html_table"]
 
 _GLUED: dict[str, Any] = {}
 
@@ -44,6 +46,25 @@ def glue(name: str, value: Any, display: bool = True) -> None:
 def glued() -> dict[str, Any]:
     """Every value passed to :func:`glue` in this kernel so far, by name (a copy)."""
     return dict(_GLUED)
+
+
+def print_glued(*references: str) -> None:
+    """Print ``name = value`` for each reference ``name`` or ``name:format`` (a glue role's
+    text: ``{glue:text}`name:.2f``` -> ``name = 1.23``); a Markdown value prints its text.
+    A name not glued yet says so (the cells above it have not run), without an exception."""
+    for reference in references:
+        name, _, spec = reference.partition(":")
+        if name not in _GLUED:
+            print(f"{name}: not computed yet (run the cells above first)")
+            continue
+        value = _GLUED[name]
+        text = getattr(value, "data", None)  # IPython's Markdown, HTML, ...
+        if not isinstance(text, str):
+            try:
+                text = format(value, spec)
+            except (TypeError, ValueError):
+                text = str(value)
+        print(f"{name} = {text}")
 
 
 def _html_table_markup(header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> str:

@@ -1,16 +1,29 @@
 """Generate and check notebooks/*.ipynb, the clean notebook copies of the book's chapters.
 
     python scripts/notebooks.py write   # (make notebooks) regenerate notebooks/ from book/
-    python scripts/notebooks.py check   # fail if notebooks/ drifted from book/, or a chapter
-                                        # lacks the Colab set-up cell (scripts/colab_cell.md)
+    python scripts/notebooks.py check   # fail if notebooks/ drifted from book/ (or from the
+                                        # version in pyproject.toml, the URL in _config.yml)
 
 book/*.md (MyST Markdown notebooks listed in _toc.yml) are the single source. The generated
 notebooks have no outputs and deterministic cell ids and metadata, so regenerating an unchanged
-chapter gives a byte-identical file. The check compares cell types and sources only, against
-the same generation, so a notebook also drifts when code shown with literalinclude changes.
+chapter gives a byte-identical file. The check compares cell types, sources and metadata
+against the same generation, so a notebook also drifts when code shown with literalinclude,
+the version or the repository URL changes.
+
+What the notebooks add to the chapters (none of it is on the website):
+
+- the Colab set-up cell, after the title: scripts/colab_cell.md with `{url}` and `{version}`
+  filled in from _config.yml and pyproject.toml (a `#@title` form cell, shown collapsed by
+  Colab and JupyterLab; on Colab it installs `flashlib[book]` at the tag `v{version}`);
+- before every markdown cell that cites glued numbers, a collapsed code cell that prints them,
+  `print_glued("name:.2f", ...)` -> `name = 1.23`, as the text formats them (Jupyter and Colab
+  cannot render glue roles; the text shows `name` in code font);
+- solutions inside `<details>` (collapsed until clicked, in Jupyter and Colab), their code
+  cells collapsed too (`jupyter.source_hidden`, Colab's form view).
 
 Plain Jupyter and Colab render CommonMark, not MyST, so the markdown cells are rewritten
-(`jupyter_markdown`); code cells are copied unchanged:
+(`jupyter_markdown`); code cells are copied unchanged, except solution code cells (a `#@title`
+line first):
 
     ```{literalinclude} ../flashlib/x.py    a ```python block: the current source of `f`, cut
     :pyobject: f                            out of x.py with ast (the whole file without
@@ -19,12 +32,13 @@ Plain Jupyter and Colab render CommonMark, not MyST, so the markdown cells are r
                                             notebook (References): its title in italics
     {cite:p}`k1,k2` (and {cite}`k`)         ([Author et al., 2022](url); ...), from references.bib
     {cite:t}`k`                             [Author et al.](url) (2022)
-    {glue:text}`name:.2f` (any {glue})      `name` in code font; the title cell gets a note that
-                                            such names are values computed by the code cells
+    {glue:text}`name:.2f` (any {glue})      `name` in code font, printed by the cell before (see
+                                            above); the title cell gets a note saying so
     {math}`x`                               $x$; any other role: its text in code font
-    :::{exercise} / {solution-start} L      "### Exercise N" + the text quoted / "#### Solution
-                                            to Exercise N" (numbered in chapter order);
-                                            {solution-end} disappears
+    :::{exercise} / {solution-start} L      "### Exercise N" + the text quoted / <details> with
+                                            "Solution to Exercise N" as its summary (numbered
+                                            in chapter order) up to {solution-end}, or to the
+                                            end of the cell, reopened in the next one
     {math}, {figure}/{image}, admonitions   $$ block, ![caption](raw GitHub URL), "> **Note**"
     (label)= lines, % comments              dropped; markdown cells left empty are dropped
 """
@@ -33,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
 import re
 import sys
 import textwrap
@@ -42,6 +57,7 @@ from pathlib import Path
 
 import jupytext
 import nbformat
+import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,19 +110,30 @@ LABEL = re.compile(r"^\([\w.:-]+\)=\s*$")
 ADMONITIONS = {"note", "tip", "hint", "important", "warning", "caution", "attention", "danger",
                "error", "seealso", "admonition"}
 GLUE_NOTE = (
-    "> **In this notebook** a name in code font such as `{name}` stands for a number that a "
-    "code cell computes and passes to `glue`; the book's website shows the numbers in the text. "
-    "Run the cells, then `flashlib.book.glued()` lists every value by name."
+    "> **In this notebook** a name in code font such as `{name}` stands for a number that the "
+    "code computes: run the cells, and the collapsed cell just before each text cell prints "
+    "the numbers that text cites, as `{name} = ...` (the book's website shows them in the "
+    "text). `flashlib.book.glued()` lists every value by name."
 )
+#: Metadata that makes JupyterLab show only a cell's first line and Colab its `#@title` form.
+COLLAPSED_CODE = {"cellView": "form", "jupyter": {"source_hidden": True}}
+SOLUTION_MARK = re.compile(r"\x00solution-(?P<kind>start|end)(?: (?P<number>\d+))?\x00")
 
 
 @dataclass
 class Page:
-    """What the rewriting of one chapter needs to know, and its exercise numbers."""
+    """What the rewriting of one chapter needs to know, and its exercise numbers.
+
+    ``solution``: the number of the solution open at this point of the chapter (its
+    ``{solution-start}`` seen, not yet its ``{solution-end}``), or None; ``cited``: the glue
+    references (``name:format``) of the markdown cell being rewritten, each with whether it
+    sits inside a solution."""
 
     source: Path
     exercises: dict[str, int] = field(default_factory=dict)
     glue_names: list[str] = field(default_factory=list)
+    solution: int | None = None
+    cited: list[tuple[str, bool]] = field(default_factory=list)
 
 
 @cache
@@ -176,9 +203,12 @@ def role(name: str, text: str, page: Page) -> str:
     if name in ("cite:t", "cite:ts"):
         return cite(text, textual=True)
     if name == "glue" or name.startswith("glue:"):
-        glue_name = text.split(":", 1)[0]
+        glue_name, _, spec = text.partition(":")
         if glue_name not in page.glue_names:
             page.glue_names.append(glue_name)
+        reference = glue_name if name == "glue:md" else text
+        if all(ref != reference for ref, _ in page.cited):
+            page.cited.append((reference, page.solution is not None))
         return f"`{glue_name}`"
     if name == "math":
         return f"${text}$"
@@ -240,11 +270,13 @@ def directive(name: str, arg: str, options: dict[str, str], body: str, page: Pag
         title = f"### Exercise {number}" + (f": {arg}" if arg else "")
         return f"{title}\n\n{quote(body)}" if body else title
     if name in ("solution-start", "solution"):
-        number = page.exercises.get(arg)
-        title = f"#### Solution to Exercise {number}" if number else "#### Solution"
-        return f"{title}\n\n{body}" if body else title
+        number = page.exercises.get(arg, 0)
+        start = f"\x00solution-start {number}\x00"
+        if name == "solution":  # the whole solution in its body
+            return f"{start}\n\n{body}\n\n\x00solution-end\x00"
+        return start
     if name == "solution-end":
-        return ""
+        return "\x00solution-end\x00"
     if name == "math":
         return f"$$\n{body}\n$$"
     if name in ("figure", "image"):
@@ -281,8 +313,12 @@ def jupyter_markdown(text: str, page: Page) -> str:
                 j += 1
             end = next((k for k in range(j, len(lines))
                         if lines[k].strip() == opened["fence"]), len(lines))
+            if opened["name"] in ("solution-start", "solution"):
+                page.solution = page.exercises.get(opened["arg"], 0)
             body = jupyter_markdown("\n".join(lines[j:end]).strip("\n"), page)
             out.append(directive(opened["name"], opened["arg"], options, body, page))
+            if opened["name"] in ("solution-end", "solution"):
+                page.solution = None
             i = end + 1
         elif LABEL.match(line) or line.startswith("%"):
             i += 1
@@ -292,24 +328,124 @@ def jupyter_markdown(text: str, page: Page) -> str:
     return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip("\n")
 
 
-def clean_notebook(source: Path) -> nbformat.NotebookNode:
+def version() -> str:
+    """flashlib's version, from pyproject.toml (the one place it is set)."""
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["project"]["version"]
+
+
+def colab_cell() -> nbformat.NotebookNode:
+    """The set-up cell: scripts/colab_cell.md's code with ``{url}`` (_config.yml's
+    ``repository.url``) and ``{version}`` (pyproject.toml) filled in, collapsed."""
+    text = COLAB_CELL.read_text(encoding="utf-8")
+    code = re.search(r"^```python\n(?P<code>.*?)^```$", text, re.MULTILINE | re.DOTALL)
+    if code is None:
+        raise ValueError(f"{COLAB_CELL.relative_to(ROOT)}: no ```python block")
+    source = code["code"].strip("\n")
+    for key, value in (("{url}", repository()[0]), ("{version}", version())):
+        if key not in source:
+            raise ValueError(f"{COLAB_CELL.relative_to(ROOT)}: no {key} in its code")
+        source = source.replace(key, value)
+    return nbformat.v4.new_code_cell(source, metadata=COLLAPSED_CODE)
+
+
+def numbers_cell(cited: list[tuple[str, bool]]) -> nbformat.NotebookNode:
+    """The collapsed cell printing the glued numbers that the next markdown cell cites; the
+    cell's output is collapsed too when every citation is inside a solution."""
+    in_solution = all(solution for _, solution in cited)
+    title = "Numbers in the solution below" if in_solution else "Numbers in the text below"
+    refs = ", ".join(f'"{ref}"' for ref, _ in cited)
+    call = f"print_glued({refs})"
+    if len(call) > 99:
+        call = "print_glued(\n" + "".join(f'    "{ref}",\n' for ref, _ in cited) + ")"
+    source = f"#@title {title}\nfrom flashlib.book import print_glued\n\n{call}"
+    jupyter = {"source_hidden": True} | ({"outputs_hidden": True} if in_solution else {})
+    return nbformat.v4.new_code_cell(source, metadata={"cellView": "form", "jupyter": jupyter})
+
+
+def wrap_solutions(text: str, open_before: int | None) -> str:
+    """Turn the solution marks of one rewritten markdown cell into ``<details>`` elements: a
+    solution open when the cell starts (``open_before``) reopens as "(continued)"; one still
+    open at its end is closed there (the next cell reopens it)."""
+
+    def opening(number: int, continued: bool = False) -> str:
+        title = f"Solution to Exercise {number}" if number else "Solution"
+        return (f"<details>\n<summary>{title}{' (continued)' if continued else ''}</summary>"
+                "\n\n")
+
+    out, pos, open_now = [], 0, open_before
+    if open_before is not None:
+        out.append(opening(open_before, continued=True))
+    for mark in SOLUTION_MARK.finditer(text):
+        out.append(text[pos : mark.start()])
+        if mark["kind"] == "start":
+            open_now = int(mark["number"])
+            out.append(opening(open_now))
+        else:
+            open_now = None
+            out.append("\n\n</details>\n\n")
+        pos = mark.end()
+    out.append(text[pos:])
+    if open_now is not None:
+        out.append("\n\n</details>")
+    html = "".join(out)
+    # a solution part with nothing in it (e.g. only its {solution-end} in this cell)
+    html = re.sub(r"<details>\n<summary>[^<]*</summary>\s*</details>", "", html)
+    return re.sub(r"\n{3,}", "\n\n", html).strip("\n")
+
+
+def markdown_cell(text: str, page: Page) -> str:
+    """One markdown cell of the chapter as the notebook shows it: `jupyter_markdown`, then
+    its solutions wrapped in ``<details>``; ``page.cited`` lists its glue references."""
+    open_before, page.cited = page.solution, []
+    return wrap_solutions(jupyter_markdown(text, page), open_before)
+
+
+def clean_notebook(source: Path, citations: dict[str, list[str]] | None = None
+                   ) -> nbformat.NotebookNode:
     """The chapter as a notebook: no outputs, only the metadata Jupyter/Colab need, markdown
-    cells in CommonMark (`jupyter_markdown`)."""
+    cells in CommonMark (`jupyter_markdown`), the cells the module docstring lists added.
+    ``citations``, when given, receives ``{markdown cell id: [glue names it cites]}``."""
     nb = jupytext.read(source, fmt="md:myst")
     page = Page(source)
-    cells = []
+    cells, cited_by = [], []
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            cell.source = jupyter_markdown(cell.source, page)
+            cell.source = markdown_cell(cell.source, page)
             if not cell.source.strip():
                 continue
+            if page.cited:
+                cells.append(numbers_cell(page.cited))
+                cited_by.append([])
+        elif cell.cell_type == "code" and page.solution is not None:
+            number = f" {page.solution}" if page.solution else ""
+            cell.source = f"#@title Solution to Exercise{number}\n{cell.source}"
+            cell.metadata = COLLAPSED_CODE | {"tags": cell.metadata.get("tags", [])}
         cells.append(cell)
-    nb.cells = cells
+        cited_by.append([ref.split(":", 1)[0] for ref, _ in page.cited]
+                        if cell.cell_type == "markdown" else [])
+    # the title alone first (with the note about glued numbers), then the set-up cell
+    title = next(i for i, c in enumerate(cells) if c.cell_type == "markdown")
+    heading = re.search(r"^# .*$", cells[title].source, re.MULTILINE)
+    if heading is None:
+        raise ValueError(f"{source.relative_to(ROOT)}: no `# title` in its first markdown cell")
+    head = cells[title].source[: heading.end()]
+    rest = cells[title].source[heading.end():].strip("\n")
     if page.glue_names:
-        title = next(c for c in nb.cells if c.cell_type == "markdown")
-        note = GLUE_NOTE.format(name=page.glue_names[0])
-        title.source = re.sub(r"^(# .*)$", lambda m: f"{m[1]}\n\n{note}", title.source,
-                              count=1, flags=re.MULTILINE)
+        head += "\n\n" + GLUE_NOTE.format(name=page.glue_names[0])
+    cells[title].source = head
+    extra = [colab_cell()]
+    if rest:
+        extra.append(nbformat.v4.new_markdown_cell(rest))
+        cited_by[title], cited_by_rest = [], cited_by[title]
+    else:
+        cited_by_rest = []
+    cells[title + 1 : title + 1] = extra
+    cited_by[title + 1 : title + 1] = [[]] + ([cited_by_rest] if rest else [])
+    if rest and cited_by_rest:  # numbers for the text after the title go before it
+        raise ValueError(f"{source.relative_to(ROOT)}: the text before the first code cell "
+                         f"cites glued numbers {cited_by_rest}; no cell has computed them")
+    nb.cells = cells
     nb.metadata = nbformat.from_dict(
         {
             "kernelspec": KERNELSPEC,
@@ -319,13 +455,23 @@ def clean_notebook(source: Path) -> nbformat.NotebookNode:
     )
     for i, cell in enumerate(nb.cells):
         cell.id = f"cell-{i}"
-        tags = cell.metadata.get("tags")
-        cell.metadata = nbformat.from_dict({"tags": tags} if tags else {})
+        keep = {key: cell.metadata[key] for key in ("cellView", "jupyter", "tags")
+                if cell.metadata.get(key)}
+        cell.metadata = nbformat.from_dict(keep)
         if cell.cell_type == "code":
             cell.outputs = []
             cell.execution_count = None
+        if citations is not None and cited_by[i]:
+            citations[cell.id] = cited_by[i]
     nb.nbformat, nb.nbformat_minor = 4, 5
     return nb
+
+
+def glue_citations(source: Path) -> dict[str, list[str]]:
+    """``{markdown cell id: [glue names its text cites]}`` of the chapter's notebook."""
+    citations: dict[str, list[str]] = {}
+    clean_notebook(source, citations)
+    return citations
 
 
 def notebook_text(source: Path) -> str:
@@ -336,45 +482,33 @@ def target(source: Path) -> Path:
     return NOTEBOOKS / f"{source.stem}.ipynb"
 
 
-def cells_of(nb: nbformat.NotebookNode) -> list[tuple[str, str]]:
-    return [(cell.cell_type, cell.source.strip()) for cell in nb.cells]
-
-
-def colab_cell() -> nbformat.NotebookNode:
-    """The canonical set-up cell (scripts/colab_cell.md)."""
-    (cell,) = jupytext.reads(COLAB_CELL.read_text(encoding="utf-8"), fmt="md:myst").cells
-    return cell
+def cells_of(nb: nbformat.NotebookNode) -> list[tuple[str, str, str]]:
+    """What makes two notebooks the same chapter: each cell's type, source and metadata."""
+    return [(cell.cell_type, cell.source.strip(), json.dumps(cell.metadata, sort_keys=True))
+            for cell in nb.cells]
 
 
 def install_urls(text: str) -> list[str]:
-    """Every ``git+URL`` that ``text`` installs from (the Colab cell, the README)."""
-    return re.findall(r"git\+(https?://[^\s\"'`)]+)", text)
+    """Every ``git+URL`` that ``text`` installs from (the Colab cell, the README), without
+    the ``@ref`` that may follow the repository."""
+    return [url.split("@", 1)[0]
+            for url in re.findall(r"git\+(https?://[^\s\"'`)]+)", text)]
+
+
+def has_setup_cell(nb: nbformat.NotebookNode) -> bool:
+    """Whether a chapter has its own Colab set-up code (the notebooks get a generated one)."""
+    return any("google.colab" in c.source for c in nb.cells if c.cell_type == "code")
 
 
 def problems() -> list[str]:
     """Everything `check` complains about (empty list: all good)."""
     found = []
-    setup = colab_cell()
-    url, _ = repository()
-    if install_urls(setup.source) != [url]:
-        found.append(
-            f"{COLAB_CELL.name}: installs {install_urls(setup.source)}, not exactly "
-            f"git+{url} (_config.yml repository.url)"
-        )
     sources = chapters()
     for source in sources:
         rel = source.relative_to(ROOT)
-        nb = jupytext.read(source, fmt="md:myst")
-        code = [c for c in nb.cells if c.cell_type == "code"]
-        if not (
-            code
-            and code[0].source.strip() == setup.source.strip()
-            and "remove-cell" in code[0].metadata.get("tags", [])
-        ):
-            found.append(
-                f"{rel}: missing the Colab set-up cell; paste scripts/colab_cell.md verbatim "
-                "as the first code cell"
-            )
+        if has_setup_cell(jupytext.read(source, fmt="md:myst")):
+            found.append(f"{rel}: has a Colab set-up cell; delete it (the notebooks get "
+                         f"{COLAB_CELL.relative_to(ROOT)}, generated)")
         out = target(source)
         if not out.is_file():
             found.append(f"{out.relative_to(ROOT)}: missing; run `make notebooks`")
@@ -383,7 +517,8 @@ def problems() -> list[str]:
         if cells_of(existing) != cells_of(clean_notebook(source)):
             found.append(f"{out.relative_to(ROOT)}: out of date with {rel}; run `make notebooks`")
         elif any(c.get("outputs") for c in existing.cells):
-            found.append(f"{out.relative_to(ROOT)}: has outputs; run `make notebooks`")
+            found.append(f"{out.relative_to(ROOT)}: has outputs; run `make notebooks` (your "
+                         "own runs belong in lab/: `make lab`)")
     expected = {target(source).name for source in sources}
     for stale in sorted(NOTEBOOKS.glob("*.ipynb")):
         if stale.name not in expected:

@@ -133,6 +133,8 @@ def test_exercises_solutions_labels_and_plain_code_untouched():
         "x = {doc}`not a role inside code`",
         "```",
         "",
+        "Uses {glue:text}`gib_long:.1f`.",
+        "",
         "```{solution-end}",
         "```",
         "",
@@ -140,23 +142,46 @@ def test_exercises_solutions_labels_and_plain_code_untouched():
         "Second.",
         ":::",
     ])
-    out = nbgen.jupyter_markdown(text, p)
+    out = nbgen.markdown_cell(text, p)
     assert out == "\n".join([
         "### Exercise 1",
         "",
         "> Do `n_long`.",
         "",
-        "#### Solution to Exercise 1",
+        "<details>",
+        "<summary>Solution to Exercise 1</summary>",
         "",
         "```python",
         "x = {doc}`not a role inside code`",
         "```",
+        "",
+        "Uses `gib_long`.",
+        "",
+        "</details>",
         "",
         "### Exercise 2: A title",
         "",
         "> Second.",
     ])
     assert p.exercises == {"ex-a": 1}
+    assert p.cited == [("n_long", False), ("gib_long:.1f", True)]
+    assert p.solution is None
+
+
+def test_solution_across_cells_reopens_and_closes():
+    """A solution whose code cell splits it: each markdown part is a <details> of its own."""
+    p = page()
+    nbgen.markdown_cell(":::{exercise}\n:label: ex-a\nDo it.\n:::", p)
+    first = nbgen.markdown_cell("```{solution-start} ex-a\n:class: dropdown\n```\n\nHint.", p)
+    assert first == "<details>\n<summary>Solution to Exercise 1</summary>\n\nHint.\n\n</details>"
+    assert p.solution == 1  # still open: the code cell after it is part of the solution
+    second = nbgen.markdown_cell("More.\n\n```{solution-end}\n```\n\nAfter.", p)
+    assert second == ("<details>\n<summary>Solution to Exercise 1 (continued)</summary>\n\n"
+                      "More.\n\n</details>\n\nAfter.")
+    assert p.solution is None
+    # only the end mark in a cell: no empty <details>
+    nbgen.markdown_cell("```{solution-start} ex-a\n```\n\nText.", p)
+    assert nbgen.markdown_cell("```{solution-end}\n```\n\nNext.", p) == "Next."
 
 
 def test_other_directives():
