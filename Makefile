@@ -9,11 +9,14 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 .PHONY: book test notebooks lab lint bench constraints clean
 
+# PYTHONWARNINGS: setuptools prints a warning box on every editable install ("Editable
+# installation": folders named like the package may shadow it), even with --quiet.
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	test -x $(BIN)/pip || $(PYTHON) -m venv --clear $(VENV)
 	$(BIN)/python -m pip install --quiet pip==26.3
 	$(BIN)/python -m pip install --quiet -r requirements.txt -c constraints.txt
-	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	PYTHONWARNINGS="ignore:Editable installation" \
+		$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
 ## make book: execute every chapter and build the static site into _build/html
@@ -36,9 +39,11 @@ test: book
 notebooks: $(STAMP)
 	$(BIN)/python scripts/notebooks.py write
 
-## make lab: open the notebooks in JupyterLab with flashlib importable
+## make lab: open your copies of the notebooks (lab/, ignored by git) in JupyterLab with
+## flashlib importable; chapters changed since are refreshed unless you edited them
 lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks/ $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+	$(BIN)/python scripts/lab.py
+	$(BIN)/jupyter lab lab/ $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

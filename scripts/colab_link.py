@@ -11,7 +11,8 @@ the URL is configured), read by ``notebooks.repository()`` (scripts/notebooks.py
 A chapter without its notebook is a build warning (so ``-W`` fails).
 
 It also sets ``FLASHLIB_STATIC_WIDGETS=1`` for the kernels that execute the chapters, so that
-:func:`flashlib.widgets.interactive_figure` renders its no-kernel HTML version for the website.
+:func:`flashlib.widgets.interactive_figure` renders its no-kernel HTML version for the website,
+and has those kernels' connections encrypted (:func:`encrypt_kernel_transport`).
 """
 
 from __future__ import annotations
@@ -79,8 +80,26 @@ def dedupe_scripts(app: Sphinx, pagename: str, templatename: str, context: dict,
     context["script_files"] = unique
 
 
+def encrypt_kernel_transport() -> None:
+    """Have jupyter_client give CurveZMQ keys to every kernel whose kernelspec says it accepts
+    them (ipykernel 7's does). Without keys each such kernel that executes a chapter logs
+    "Kernel is running over TCP without encryption" into the build's output. jupyter_client's
+    policy is a configurable trait, but myst-nb creates its kernel managers without a config
+    to set it through, hence its default here ("auto": kernels that do not declare support
+    are started as before). A jupyter_client or pyzmq without Curve support: nothing to do."""
+    try:
+        import zmq
+        from jupyter_client.manager import KernelManager
+    except ImportError:  # pragma: no cover - both come with jupyter-book
+        return
+    policy = KernelManager.class_traits().get("transport_encryption")
+    if policy is not None and zmq.has("curve"):
+        policy.default_value = "auto"
+
+
 def setup(app: Sphinx) -> dict:
     os.environ["FLASHLIB_STATIC_WIDGETS"] = "1"
+    encrypt_kernel_transport()
     app.connect("doctree-read", add_colab_link)
     app.connect("html-page-context", dedupe_scripts, priority=900)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
