@@ -1,7 +1,7 @@
 """Browser tests of the built site (_build/html, made by `make book`).
 
-Serves the site on 127.0.0.1 and opens every page in headless Chromium (Debian's
-/usr/bin/chromium driven by Playwright). Every page must load with no failed request, no request
+Serves the site on 127.0.0.1 and opens every page in headless Chromium driven by Playwright
+(the browser: :func:`find_chromium`). Every page must load with no failed request, no request
 leaving 127.0.0.1 and no console error; every interactive figure must be visible and each of its
 sliders must change the figure; every image needs alt text (or a caption); every chapter links to
 its notebook on Colab. Screenshots go to test-artifacts/screenshots/.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import os
 import re
 import shutil
 import tempfile
@@ -27,7 +28,8 @@ import notebooks
 ROOT = Path(__file__).resolve().parent.parent
 SITE = ROOT / "_build" / "html"
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
-CHROMIUM = "/usr/bin/chromium"
+#: Browsers looked for on PATH, in order, when $CHROMIUM is not set.
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -38,6 +40,37 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 NOT_PAGES = {"genindex.html", "search.html", "index.html"}  # index.html: redirect to the root
+
+
+def _is_snap_wrapper(path: str) -> bool:
+    """Ubuntu's chromium-browser: a script that starts the snap, which Playwright cannot drive
+    (the snap cannot see the temporary profile folder)."""
+    real = os.path.realpath(path)
+    if real.startswith("/snap/"):
+        return True
+    try:
+        with open(real, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return head.startswith(b"#!") and b"/snap/" in head
+
+
+def find_chromium() -> str | None:
+    """The browser for these tests: $CHROMIUM (which must exist), else the first of
+    CHROMIUM_NAMES on PATH that is not a snap wrapper, else None: Playwright's own Chromium
+    (``python -m playwright install chromium``)."""
+    named = os.environ.get("CHROMIUM")
+    if named:
+        found = shutil.which(named) or (named if os.path.isfile(named) else None)
+        if found is None:
+            raise FileNotFoundError(f"CHROMIUM={named!r}: no such browser")
+        return found
+    for name in CHROMIUM_NAMES:
+        found = shutil.which(name)
+        if found and not _is_snap_wrapper(found):
+            return found
+    return None
 
 
 def site_pages() -> list[str]:
@@ -71,20 +104,27 @@ def server() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def browser_context():
-    if not Path(CHROMIUM).is_file():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (.ci/run does it)")
+    from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
 
+    chromium = find_chromium()
     user_data = tempfile.mkdtemp(prefix="flashlib-chromium-")
     with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(
-            user_data,
-            executable_path=CHROMIUM,
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport={"width": 1280, "height": 900},
-            service_workers="block",
-        )
+        try:
+            context = pw.chromium.launch_persistent_context(
+                user_data,
+                executable_path=chromium,
+                headless=True,
+                args=CHROMIUM_ARGS,
+                viewport={"width": 1280, "height": 900},
+                service_workers="block",
+            )
+        except PlaywrightError as error:
+            browser = chromium or "Playwright's own Chromium"
+            pytest.fail(f"cannot start {browser}: set CHROMIUM to "
+                        "a Chromium or Chrome, install one (Debian: apt-get install chromium), "
+                        "or run `.venv/bin/python -m playwright install chromium` (see "
+                        f"README.md)\n{str(error)[:500]}")
         yield context
         context.close()
     shutil.rmtree(user_data, ignore_errors=True)
@@ -204,3 +244,23 @@ def test_page(server: str, browser_context, page_path: str) -> None:
     assert not outside, f"{page_path}: requests leaving 127.0.0.1: {outside}"
     assert not failed, f"{page_path}: failed requests: {failed}"
     assert not errors, f"{page_path}: console errors: {errors}"
+
+
+def test_find_chromium(monkeypatch, tmp_path) -> None:
+    browser = tmp_path / "my-chrome"
+    browser.write_text("#!/bin/sh\n")
+    browser.chmod(0o755)
+    monkeypatch.setenv("CHROMIUM", str(browser))
+    assert find_chromium() == str(browser)
+    monkeypatch.setenv("CHROMIUM", str(tmp_path / "absent"))
+    with pytest.raises(FileNotFoundError, match="CHROMIUM"):
+        find_chromium()
+    monkeypatch.delenv("CHROMIUM")
+    snap = tmp_path / "chromium-browser"
+    snap.write_text("#!/bin/sh\nexec /snap/bin/chromium \"$@\"\n")
+    snap.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert find_chromium() is None  # the snap wrapper is skipped: Playwright's own browser
+    (tmp_path / "google-chrome").write_text("#!/bin/sh\n")
+    (tmp_path / "google-chrome").chmod(0o755)
+    assert find_chromium() == str(tmp_path / "google-chrome")
