@@ -70,6 +70,8 @@ def sync(lab: Path, chapters: dict[str, str]) -> list[str]:
         if current == new:
             record[name] = new
             continue
+        if record.get(name) == new:  # the learner's edits, and no new version of the chapter
+            continue
         if current == record.get(name):  # not edited since written: the chapter changed
             path.write_text(text, encoding="utf-8")
             record[name] = new

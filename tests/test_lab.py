@@ -44,6 +44,8 @@ def test_copy_run_refresh_edit_keep(tmp_path):
 
     run_all(folder / "a.ipynb")  # only ran: refreshed when the chapter changes
     edit(folder / "b.ipynb", "x = 1  # my answer")  # edited: never overwritten
+    assert lab.sync(folder, {"a.ipynb": v1, "b.ipynb": v1}) == []  # the book did not change
+    assert sorted(p.name for p in folder.iterdir()) == [".written.json", "a.ipynb", "b.ipynb"]
     said = lab.sync(folder, {"a.ipynb": v2, "b.ipynb": v2})
     assert (folder / "a.ipynb").read_text() == v2
     assert "my answer" in (folder / "b.ipynb").read_text()
