@@ -31,4 +31,4 @@ __all__ = [
     *_online.__all__,
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

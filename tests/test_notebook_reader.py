@@ -101,6 +101,12 @@ def test_setup_cell_elsewhere_installs_nothing(monkeypatch):
     assert printed.startswith("flashlib is not installed") and "pip install '" in printed
 
 
+def test_one_version_everywhere():
+    import flashlib
+
+    assert flashlib.__version__ == pyproject_version()
+
+
 def test_readme_says_releases_are_tagged():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert re.search(r"\btagged\s+`v<version>`", readme), (
