@@ -12,12 +12,6 @@ import numpy as np
 
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
-#: Largest tile side used by the tiled implementations.  A larger ``block_q``/``block_k`` is
-#: clamped to it, so a tile never holds more than MAX_BLOCK**2 scores per head and the extra
-#: memory stays O(n) whatever block size is asked for (bigger tiles are no faster on a CPU:
-#: see the table above flashlib.flash.BLOCK_Q).
-MAX_BLOCK = 512
-
 
 class Problem(NamedTuple):
     """The validated inputs of one attention call, flattened to a single leading batch axis.
@@ -79,14 +73,22 @@ def check_float_dtype(dtype: object, name: str = "dtype") -> np.dtype:
     return dt
 
 
-def check_block(value: object, name: str) -> int:
-    """A block size: a positive Python or numpy integer (``bool`` is refused), clamped to
-    :data:`MAX_BLOCK`."""
+def check_int(value: object, name: str, minimum: int | None = None) -> int:
+    """``value`` as a Python int: a Python or numpy integer (``bool`` and floats are refused,
+    a TypeError naming ``name``), at least ``minimum`` when given (else a ValueError)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be a positive integer, got {value!r}")
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value}")
-    return min(int(value), MAX_BLOCK)
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        kind = {0: "a non-negative integer", 1: "a positive integer"}.get(
+            minimum, f"an integer >= {minimum}")
+        raise ValueError(f"{name} must be {kind}, got {value}")
+    return int(value)
+
+
+def check_block(value: object, name: str) -> int:
+    """A block size (tile side): a positive integer, honoured as given.  A tile is
+    ``min(block, n)`` on each side, so a block larger than the problem costs nothing extra."""
+    return check_int(value, name, minimum=1)
 
 
 def check_finite(x: np.ndarray, name: str) -> None:

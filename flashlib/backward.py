@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from flashlib._validate import check_block, check_finite, check_like, check_problem
-from flashlib.flash import compute_dtype
+from flashlib.constants import BLOCK_K, BLOCK_Q, compute_dtype
 from flashlib.masks import tile_mask
 
 __all__ = ["flash_attention_backward"]
@@ -35,8 +35,8 @@ def flash_attention_backward(
     lse: np.ndarray,
     do: np.ndarray,
     *,
-    block_q: int = 64,
-    block_k: int = 64,
+    block_q: int = BLOCK_Q,
+    block_k: int = BLOCK_K,
     causal: bool | str = False,
     mask: np.ndarray | None = None,
     scale: float | None = None,
@@ -45,8 +45,10 @@ def flash_attention_backward(
     return_lse=True)``, recomputing P tile by tile; P is never stored or passed in.
 
     q: (..., n_q, d), k: (..., n_k, d), v: (..., n_k, d_v), o and do: (..., n_q, d_v),
-    lse: (..., n_q).  Options must match the forward call (block sizes need not; they are
-    clamped to MAX_BLOCK).  Returns arrays of q's dtype.
+    lse: (..., n_q).  Options must match the forward call; block sizes need not (default
+    BLOCK_Q x BLOCK_K, honoured as given; a tile is min(block, n) on each side).  Returns
+    arrays of q's dtype.  Extra memory beyond inputs and outputs: O(n d) (D and copies in the
+    compute dtype) plus a few B_r x B_c tiles per head (S, P, dP, dS), never (n_q, n_k).
     """
     p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale)
     block_q = check_block(block_q, "block_q")

@@ -4,9 +4,9 @@ For each block of ``B_r`` query rows the kernel streams over the key/value block
 keeping only the running row maximum ``m_i``, the running sum ``l_i`` and the unnormalised output
 ``acc`` (Dao 2023, Section 3.1).  The division by ``l_i`` happens once, at the end, and only the
 logsumexp ``lse = m + log(l)`` is kept for the backward pass.  No ``(n_q, n_k)`` array is ever
-built: beyond inputs and outputs the memory is one ``(B_r, B_c)`` tile per head (block sizes are
-clamped to ``MAX_BLOCK``, so this holds for any block size asked for), one copy of K and O(n)
-state.
+built: beyond inputs and outputs the memory is one copy of K and O(n) state (O(n d) in all)
+plus one ``(B_r, B_c)`` tile per head, whatever block sizes are asked for (a tile is
+``min(block, n)`` on each side).
 
 The tricks GPU kernels use, applied here (the optimisation-ladder chapter measures each one):
 
@@ -28,21 +28,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashlib._validate import check_block, check_float_dtype, check_problem
+from flashlib._validate import check_block, check_float_dtype, check_int, check_problem
+from flashlib.constants import BLOCK_K, BLOCK_Q, LN2, LOG2E, compute_dtype
 from flashlib.masks import hide_above_diagonal, key_stop, straddles_diagonal, tile_mask
 
-__all__ = [
-    "flash_attention",
-    "workspace_bytes",
-    "compute_dtype",
-    "LOG2E",
-    "STALE_LIMIT",
-    "BLOCK_Q",
-    "BLOCK_K",
-]
-
-LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
-LN2 = 0.6931471805599453  # ln(2)
+__all__ = ["flash_attention", "workspace_bytes", "STALE_LIMIT"]
 
 #: Conditional rescaling: a tile computed against a stale running maximum m_i is accepted while
 #: each row's sum of exp2(s - m_i) stays at most 2**16.  Then every term is at most 2**16, far
@@ -53,37 +43,6 @@ LN2 = 0.6931471805599453  # ln(2)
 #: stay below about 5e33 / n_k instead of 3e38 / n_k.
 STALE_LIMIT = 2.0**16
 
-# Default tile sizes B_r = 128, B_c = 64, chosen from two runs of
-#     python -m flashlib.bench cpu --n 1024 4096 16384 --causal --repeats 5 \
-#         --blocks 64x64,128x64,128x128,256x256
-# (AMD EPYC Zen 4, one thread, OpenBLAS 0.3.31 SkylakeX kernels, 8 heads, d = 64, float32):
-# flash_attention's median time relative to the in-place naive baseline of the same run
-# (run 1 / run 2; the runs differ by the machine's load, the ranking mostly does not).
-#
-#     B_r x B_c          64x64       64x128      128x64      128x128     256x256
-#     n = 1024         0.91/0.89   0.83/0.83   0.85/0.86   0.95/0.96   0.91/0.89
-#     n = 1024 causal  0.54/0.55   0.55/0.57   0.58/0.60   0.61/0.63   0.68/0.70
-#     n = 4096         0.75/0.86   0.68/0.74   0.68/0.70   0.77/0.79   0.69/0.71
-#     n = 4096 causal  0.37/0.38   0.35/0.36   0.36/0.36   0.39/0.40   0.38/0.38
-#     n = 16384        0.55/0.54   0.50/0.50   0.49/0.48   0.55/0.53   0.48/0.48
-#     n = 16384 causal 0.24/0.25   0.23/0.24   0.22/0.23   0.25/0.24   0.22/0.22
-#
-# 128 x 64 and 64 x 128 lead; a third run at n = 4096 with 9 repeats gave 0.68 (128 x 64)
-# against 0.72 (64 x 128), so 128 x 64 is the default: the best or within 2% of it from
-# n = 4096 up, and within 5% at n = 1024, where per-call overhead favours 64 x 128.  These
-# small products run at a high BLAS rate (128 x 128 is consistently slower), the (8, 128, 64)
-# float32 tile of 8 heads (256 KiB) stays in the 1 MiB L2 cache, and a 64-key tile wastes
-# little work on the causal diagonal.  Taller query blocks re-read K and V fewer times, which
-# is why 256 x 256 catches up at n = 16384.
-BLOCK_Q = 128
-BLOCK_K = 64
-
-
-def compute_dtype(dtype: np.dtype) -> np.dtype:
-    """The dtype of the running statistics: float32 for float16 inputs (as GPU kernels keep m,
-    l and the accumulator in registers in float32), otherwise the input dtype."""
-    return np.dtype(np.float32) if dtype == np.float16 else np.dtype(dtype)
-
 
 def workspace_bytes(n_q: int, n_k: int, d: int, dtype: object, *, d_v: int | None = None,
                     batch: int = 1) -> int:
@@ -93,13 +52,13 @@ def workspace_bytes(n_q: int, n_k: int, d: int, dtype: object, *, d_v: int | Non
     ``dtype``, in the running-statistics dtype :func:`compute_dtype`: ``k_aug``, the
     (d + 1, n_k) copy of K^T with a row of ones, and ``lse``, one value per query row; for
     float16 inputs also the float32 copy of V.  Not counted: the output, and the tiles, whose
-    size depends only on the block sizes (at most MAX_BLOCK each).
+    size depends only on the block sizes: one (B_r, B_c) tile per head, B_r = min(block_q, n_q),
+    B_c = min(block_k, n_k).
     """
     dt = check_float_dtype(dtype, "dtype")
-    for name, value in (("n_q", n_q), ("n_k", n_k), ("d", d), ("batch", batch)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-    d_v = d if d_v is None else d_v
+    n_q, n_k, d, batch = (check_int(value, name, minimum=0) for name, value in
+                          (("n_q", n_q), ("n_k", n_k), ("d", d), ("batch", batch)))
+    d_v = d if d_v is None else check_int(d_v, "d_v", minimum=0)
     work = compute_dtype(dt)
     elements = (d + 1) * n_k + n_q  # k_aug and lse
     if work != dt:
@@ -191,16 +150,18 @@ def flash_attention(
     scale: float | None = None,
     return_lse: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    """Exact attention in the FlashAttention-2 loop order, in O(n) extra memory.
+    """Exact attention in the FlashAttention-2 loop order, never building an (n_q, n_k) array.
 
     q: (..., n_q, d), k: (..., n_k, d), v: (..., n_k, d_v) -> o: (..., n_q, d_v), q's dtype.
-    block_q, block_k: the tile sizes B_r and B_c (defaults measured, see BLOCK_Q above),
-    clamped to flashlib._validate.MAX_BLOCK.
+    block_q, block_k: the tile sizes B_r and B_c (default BLOCK_Q x BLOCK_K, measured: see
+    flashlib.constants), honoured as given; a tile is min(block, n) on each side.
     causal: False, True / "top_left" (row i sees j <= i), "bottom_right" (j <= i + n_k - n_q).
     mask: boolean, broadcastable to (..., n_q, n_k); True = may attend.
     scale: defaults to 1/sqrt(d), cast to the input dtype.
     return_lse: also return lse = m + log(l): (..., n_q), natural log, at least float32,
     ``-inf`` for rows that see no key (whose output is 0).
+    Extra memory beyond inputs and output: O(n d) (:func:`workspace_bytes`) plus one
+    B_r x B_c tile per head.
     """
     p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale)
     block_q = check_block(block_q, "block_q")

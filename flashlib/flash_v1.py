@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from flashlib._validate import check_block, check_problem
-from flashlib.flash import compute_dtype
+from flashlib.constants import BLOCK_K, BLOCK_Q, compute_dtype
 from flashlib.masks import key_stop, tile_mask
 
 __all__ = ["flash_attention_v1"]
@@ -23,8 +23,8 @@ def flash_attention_v1(
     k: np.ndarray,
     v: np.ndarray,
     *,
-    block_q: int = 64,
-    block_k: int = 64,
+    block_q: int = BLOCK_Q,
+    block_k: int = BLOCK_K,
     causal: bool | str = False,
     mask: np.ndarray | None = None,
     scale: float | None = None,
@@ -32,8 +32,11 @@ def flash_attention_v1(
     """Exact attention, Algorithm 1 order: outer loop over K/V blocks, inner over Q blocks.
 
     q: (..., n_q, d), k: (..., n_k, d), v: (..., n_k, d_v) -> o: (..., n_q, d_v), q's dtype.
-    block_q, block_k: B_r and B_c (clamped to MAX_BLOCK).
+    block_q, block_k: B_r and B_c (default BLOCK_Q x BLOCK_K, as every tiled function),
+    honoured as given; a tile is min(block, n) on each side.
     causal, mask and scale as in :func:`flash_attention`.
+    Extra memory beyond inputs and output: O(n d) (the scaled Q, O, l and m in the compute
+    dtype) plus a few B_r x B_c tiles per head (S, P and their temporaries), never (n_q, n_k).
     """
     p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale)
     block_q = check_block(block_q, "block_q")

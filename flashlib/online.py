@@ -14,6 +14,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from flashlib._validate import check_int
+
 __all__ = [
     "SoftmaxState",
     "TraceStep",
@@ -129,8 +131,7 @@ def online_softmax(
     x = _as_float(x, "x")
     if x.ndim == 0:
         raise ValueError("x must have at least one axis (..., n), got a scalar")
-    if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block <= 0:
-        raise ValueError(f"block must be a positive integer, got {block!r}")
+    block = check_int(block, "block", minimum=1)
     state = softmax_state_init(x.shape[:-1], x.dtype)
     steps: list[TraceStep] = []
     n = x.shape[-1]
@@ -178,8 +179,7 @@ def partial_blocks(s: np.ndarray, v: np.ndarray, block: int) -> list[PartialAtte
     """
     s = _as_float(s, "s")
     v = _as_float(v, "v")
-    if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block <= 0:
-        raise ValueError(f"block must be a positive integer, got {block!r}")
+    block = check_int(block, "block", minimum=1)
     if s.ndim < 2 or v.ndim < 2 or s.shape[-1] != v.shape[-2]:
         raise ValueError(
             f"s (..., n_q, n_k) and v (..., n_k, d_v) disagree: {s.shape} vs {v.shape}"

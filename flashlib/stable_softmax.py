@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashlib._validate import as_float_array
+from flashlib._validate import as_float_array, check_int
 
 __all__ = ["softmax"]
 
@@ -17,8 +17,7 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     ``+inf`` and NaN entries are refused.
     """
     x = as_float_array(x, "x")
-    if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
-        raise TypeError(f"axis must be an integer, got {axis!r}")
+    axis = check_int(axis, "axis")
     if not -x.ndim <= axis < x.ndim:
         raise ValueError(f"axis {axis} is out of range for x with {x.ndim} dimensions")
     if np.isnan(x).any() or np.isposinf(x).any():

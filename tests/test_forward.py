@@ -20,6 +20,7 @@ from conftest import (
 
 import flashlib
 from flashlib import flash_attention, flash_attention_v1, naive_attention, softmax
+from flashlib.constants import BLOCK_K, BLOCK_Q
 
 FUNCS = ("naive", "flash_v1", "flash")
 F64_TOL = 1e-12
@@ -351,12 +352,14 @@ def test_public_signatures():
     sig = inspect.signature(flash_attention)
     assert list(sig.parameters)[:3] == ["q", "k", "v"]
     kw = {n: p.default for n, p in sig.parameters.items() if p.kind is p.KEYWORD_ONLY}
-    assert kw == {"block_q": flashlib.flash.BLOCK_Q, "block_k": flashlib.flash.BLOCK_K,
+    assert kw == {"block_q": BLOCK_Q, "block_k": BLOCK_K,
                   "causal": False, "mask": None, "scale": None, "return_lse": False}
+    # one default tile for every tiled function
+    assert (BLOCK_Q, BLOCK_K) == (128, 64)
     for fn in (flash_attention_v1, flashlib.flash_attention_backward):
         kw = {n: p.default for n, p in inspect.signature(fn).parameters.items()
               if p.kind is p.KEYWORD_ONLY}
-        assert kw == {"block_q": 64, "block_k": 64, "causal": False, "mask": None,
+        assert kw == {"block_q": BLOCK_Q, "block_k": BLOCK_K, "causal": False, "mask": None,
                       "scale": None}
 
 
