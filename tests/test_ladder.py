@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from flashlib import flash_attention, naive_attention
-from flashlib.flash import LOG2E, STALE_LIMIT
+from flashlib.constants import LOG2E
+from flashlib.flash import STALE_LIMIT
 from flashlib.ladder import RESCALE_THRESHOLD, RUNGS, naive_inplace
 from flashlib.masks import causal_mask, causal_tiles, straddles_diagonal
 
@@ -109,8 +110,8 @@ def test_rungs_validate_inputs(label, fn):
 
 
 def test_check_scores_base2():
-    from flashlib.exercises_ladder import check_scores_base2
-    from flashlib.flash import LOG2E
+    from flashlib.book.exercises.ladder import check_scores_base2
+    from flashlib.constants import LOG2E
 
     good = check_scores_base2(lambda q, k, s: (q * q.dtype.type(s * LOG2E)) @ k.T)
     assert good.passed, good
@@ -126,7 +127,7 @@ def test_check_scores_base2():
 
 
 def test_check_pv_and_rowsum():
-    from flashlib.exercises_ladder import check_pv_and_rowsum
+    from flashlib.book.exercises.ladder import check_pv_and_rowsum
 
     def good(p, v):
         out = p @ np.concatenate([v, np.ones(v.shape[:-1] + (1,))], axis=-1)
@@ -140,7 +141,7 @@ def test_check_pv_and_rowsum():
 
 
 def test_check_needs_rescale():
-    from flashlib.exercises_ladder import check_needs_rescale
+    from flashlib.book.exercises.ladder import check_needs_rescale
 
     assert check_needs_rescale(lambda m, t, th: t > m + th).passed
     non_strict = check_needs_rescale(lambda m, t, th: t >= m + th)
@@ -157,7 +158,7 @@ def test_check_needs_rescale():
 
 
 def test_check_causal_tiles():
-    from flashlib.exercises_ladder import check_causal_tiles
+    from flashlib.book.exercises.ladder import check_causal_tiles
 
     assert check_causal_tiles(lambda n, bq, bk: causal_tiles(n, n, bq, bk)[:2]).passed
     everything = check_causal_tiles(lambda n, bq, bk: (-(-n // bq) * -(-n // bk), 0))

@@ -1,0 +1,121 @@
+"""The one checker idiom (flashlib.book.exercises): every checker of every chapter is built by
+``@checker``, reports a learner that has not attempted the exercise, raised, returned the wrong
+kind of thing or warned, and never raises because of the learner's code."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import warnings
+
+import pytest
+
+from flashlib.book import exercises
+from flashlib.book.exercises import (
+    NOT_ATTEMPTED,
+    Feedback,
+    LearnerError,
+    NotAttempted,
+    call_learner,
+    checker,
+)
+
+CHAPTER_MODULES = [importlib.import_module(f"flashlib.book.exercises.{m.name}")
+                   for m in pkgutil.iter_modules(exercises.__path__)]
+
+
+def all_checkers():
+    return [(module.__name__.rsplit(".", 1)[1], name, getattr(module, name))
+            for module in CHAPTER_MODULES for name in module.__all__
+            if name.startswith("check_")]
+
+
+def test_one_module_per_chapter():
+    assert sorted(m.__name__.rsplit(".", 1)[1] for m in CHAPTER_MODULES) == [
+        "intro", "ladder", "online_softmax", "overflow"]
+
+
+@pytest.mark.parametrize(("module", "name", "check"), all_checkers(),
+                         ids=[f"{m}.{n}" for m, n, _ in all_checkers()])
+def test_every_checker_uses_the_idiom(module, name, check):
+    assert inspect.unwrap(check) is not check, f"{module}.{name} is not built by @checker"
+    params = list(inspect.signature(check).parameters)
+    assert params and params[0] != "fb", params  # help() shows the learner's arguments only
+    assert check.__doc__
+
+
+@pytest.mark.parametrize(("module", "name", "check"), all_checkers(),
+                         ids=[f"{m}.{n}" for m, n, _ in all_checkers()])
+def test_every_checker_reports_not_attempted_and_errors(module, name, check):
+    if name == "check_merge_counterexample":  # takes two states, not a function
+        fb = check("a", "b")
+        assert not fb.passed and "pass two states" in str(fb)
+        return
+
+    def todo(*args):
+        raise NotImplementedError
+
+    def crashes(*args):
+        raise IndexError("boom")
+
+    fb = check(todo)
+    assert not fb.passed and fb.problems == [NOT_ATTEMPTED], str(fb)
+    fb = check(crashes)
+    assert not fb.passed and "your function raised IndexError: boom" in str(fb), str(fb)
+    fb = check(lambda *args: None)  # the wrong kind of result: reported, never raised
+    assert not fb.passed and "NOT YET" in str(fb)
+
+
+def test_call_learner():
+    def warns(x):
+        warnings.warn("careful", UserWarning, stacklevel=1)
+        return x + 1
+
+    assert call_learner(warns, 1) == (2, ["UserWarning: careful"])
+    with pytest.raises(NotAttempted):
+        call_learner(lambda: (_ for _ in ()).throw(NotImplementedError()))
+    with pytest.raises(LearnerError, match="your function raised ZeroDivisionError"):
+        call_learner(lambda: 1 / 0)
+
+
+def test_checker_cases_and_stopping():
+    @checker("demo")
+    def check_demo(fb: Feedback, fn, stop_at: int = 99) -> None:
+        """A demo."""
+        for i in range(3):
+            with fb.case(f"case {i}", hint="(a hint)") as case:
+                got, _ = call_learner(fn, i)
+                if got == i:
+                    fb.ok(f"case {i}: right")
+                else:
+                    fb.fail(f"case {i}: wrong")
+            if case.failed and i >= stop_at:
+                return
+        raise LearnerError("outside any case")
+
+    fb = check_demo(lambda i: i if i != 1 else 1 / i / 0)
+    assert fb.problems == ["case 1: your function raised ZeroDivisionError: float division by "
+                           "zero (a hint)", "outside any case"]
+    assert fb.passes == ["case 0: right", "case 2: right"] and not fb
+    assert len(check_demo(lambda i: 1 / 0, stop_at=0).problems) == 1
+    assert list(inspect.signature(check_demo).parameters) == ["fn", "stop_at"]
+    assert check_demo.__name__ == "check_demo" and check_demo.__doc__ == "A demo."
+
+    def gives_up_later(i):
+        if i == 2:
+            raise NotImplementedError
+        return i
+
+    fb = check_demo(gives_up_later)
+    assert fb.problems == [NOT_ATTEMPTED] and fb.passes == []
+    assert "NOT YET demo" in repr(fb)
+
+
+def test_feedback_text():
+    fb = Feedback("x")
+    assert not fb  # no checks at all is not a pass
+    fb.ok("fine")
+    assert fb and repr(fb) == "PASSED x: all 1 checks passed.\n  ok fine"
+    fb.fail("bad")
+    assert fb.messages == ["bad", "fine"] and str(fb).startswith("NOT YET x:")
