@@ -323,7 +323,7 @@ def test_partial_blocks_refuses_bad_input():
     for bad in (0, -2):
         with pytest.raises(ValueError, match="block must be"):
             partial_blocks(s, v, bad)
-    for bad in (2.0, True):  # not integers (flashlib._validate.check_int)
+    for bad in (2.0, True, "2", None):
         with pytest.raises(TypeError, match="block must be"):
             partial_blocks(s, v, bad)
     with pytest.raises(ValueError, match="disagree"):
