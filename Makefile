@@ -23,14 +23,15 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 # Sphinx and the execution cache only notice changes to the chapters themselves (and to files
 # they literalinclude); when flashlib changes, every glued number and figure must be
 # recomputed, so the build starts afresh.
-FLASHLIB_HASH := $(shell cat flashlib/*.py | sha256sum | cut -c1-16)
+FLASHLIB_HASH := $(shell find flashlib -name '*.py' | LC_ALL=C sort | xargs cat | sha256sum | cut -c1-16)
 book: $(STAMP)
 	@if [ "$$(cat _build/.flashlib-hash 2>/dev/null)" != "$(FLASHLIB_HASH)" ]; then \
 		echo "flashlib changed: rebuilding and re-executing every chapter"; rm -rf _build; fi
 	$(BIN)/jupyter-book build . -W -n --keep-going
 	echo "$(FLASHLIB_HASH)" > _build/.flashlib-hash
 
-## make test: the whole suite (numerics, notebooks in sync, lint, browser tests on the built site)
+## make test: the whole suite (numerics, notebooks in sync, lint, import contracts, packaging in
+## fresh venvs, browser tests on the built site)
 test: book
 	$(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
@@ -45,15 +46,18 @@ lab: $(STAMP)
 	$(BIN)/python scripts/lab.py
 	$(BIN)/jupyter lab lab/ $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
+## make lint: ruff and the import contracts (pyproject.toml [tool.importlinter])
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 ## make bench: the CPU benchmark at the issue's sizes (long; writes bench-results/*.json),
-## the optimisation ladder at n = 4096, and every chapter widget's live redraw time
+## the optimisation ladder at n = 4096, then every chapter widget's live redraw time (book
+## tooling: scripts/widget_redraw.py)
 bench: $(STAMP)
 	$(BIN)/python -m flashlib.bench cpu --n 1024 4096 16384 --causal --repeats 5
 	$(BIN)/python -m flashlib.bench ladder --n 4096
-	$(BIN)/python -m flashlib.bench widgets
+	$(BIN)/python scripts/widget_redraw.py
 
 ## make constraints: re-pin every package of the environment after changing requirements.txt
 constraints: $(STAMP)

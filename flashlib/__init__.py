@@ -1,6 +1,8 @@
 """flashlib: the numerics of "FlashAttention from Scratch".
 
-numpy is the reference path (it runs anywhere, Pyodide included).  One concept per module:
+numpy is the reference path (it runs anywhere, Pyodide included), and the only dependency of
+the numeric modules below; an import-linter contract (pyproject.toml) keeps it so.  One concept
+per module:
 
 - :mod:`flashlib.stable_softmax`  the numerically stable softmax
 - :mod:`flashlib.online`          the one-pass (m, l) update and the merge of partial states
@@ -9,6 +11,14 @@ numpy is the reference path (it runs anywhere, Pyodide included).  One concept p
 - :mod:`flashlib.flash_v1`        FlashAttention, Algorithm 1 loop order
 - :mod:`flashlib.flash`           FlashAttention-2 loop order (the default implementation)
 - :mod:`flashlib.backward`        the recomputing backward pass
+- :mod:`flashlib.ladder`          the optimisation ladder's rungs
+- :mod:`flashlib.overflow`, :mod:`flashlib.memory`  the numerics of the chapters' experiments
+- :mod:`flashlib.constants`       LOG2E, LN2, the default tile BLOCK_Q x BLOCK_K, compute_dtype
+- :mod:`flashlib.measure`         measuring a call: peak memory, warnings, time
+- :mod:`flashlib._validate`       every input check
+
+Not numerics: :mod:`flashlib.book` (the chapters' helpers, ``pip install "flashlib[book]"``) and
+:mod:`flashlib.bench` (the benchmark, ``pip install "flashlib[bench]"``).
 """
 
 from flashlib import online as _online
@@ -31,4 +41,4 @@ __all__ = [
     *_online.__all__,
 ]
 
-__version__ = "0.2.0"
+__version__ = "0.2.0"  # the one place the version is set (pyproject.toml reads it)

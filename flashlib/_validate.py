@@ -1,22 +1,25 @@
-"""Input checks shared by every attention function.
+"""Input checks shared by every public function: each validates its arguments once, here, then
+runs its fast path.
 
 Each check raises ``TypeError`` (wrong kind of thing) or ``ValueError`` (right kind, wrong value or
-shape) with a message that names the argument and says what was expected.
+shape) with a message that names the argument and says what was expected; the naive functions'
+memory check raises ``MemoryError`` before allocating.  Arrays may be anything ``np.asarray``
+reads (lists, other byte orders, read-only or broadcast views); masked arrays and ``np.matrix``
+are refused, because their semantics differ from an ndarray's.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import math
+import os
+import sys
+from typing import Any, NamedTuple
 
 import numpy as np
 
-FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+from flashlib.constants import compute_dtype
 
-#: Largest tile side used by the tiled implementations.  A larger ``block_q``/``block_k`` is
-#: clamped to it, so a tile never holds more than MAX_BLOCK**2 scores per head and the extra
-#: memory stays O(n) whatever block size is asked for (bigger tiles are no faster on a CPU:
-#: see the table above flashlib.flash.BLOCK_Q).
-MAX_BLOCK = 512
+FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
 class Problem(NamedTuple):
@@ -25,6 +28,8 @@ class Problem(NamedTuple):
     q: (B, n_q, d)   k: (B, n_k, d)   v: (B, n_k, d_v)   with B = prod(batch_shape)
     mask: None, or a boolean view broadcast to batch_shape + (n_q, n_k) (no copy is made)
     offset: None (not causal) or the causal diagonal: row i sees keys j <= i + offset
+    scale: the softmax scale as a scalar of the compute dtype (float32 for float16 inputs)
+    block_q, block_k: the tile sizes B_r and B_c (None for the untiled naive functions)
     """
 
     q: np.ndarray
@@ -35,6 +40,8 @@ class Problem(NamedTuple):
     scale: np.floating
     mask: np.ndarray | None
     offset: int | None
+    block_q: int | None = None
+    block_k: int | None = None
 
     @property
     def n_q(self) -> int:
@@ -49,15 +56,45 @@ class Problem(NamedTuple):
         return x.reshape(self.batch_shape + x.shape[1:])
 
 
-def as_float_array(x: object, name: str) -> np.ndarray:
-    """``x`` as an ndarray of float16/32/64, or a TypeError naming ``name``."""
-    if isinstance(x, np.ndarray):
-        arr = x
-    else:
-        try:
-            arr = np.asarray(x)
-        except Exception as exc:  # pragma: no cover - exotic inputs
-            raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}") from exc
+#: What to do instead of passing a masked array, per kind of argument.
+MASKED_HINT_ATTENTION = (
+    "pass its data (np.ma.getdata) and say which keys each query may see with mask= "
+    "(True = may attend)"
+)
+MASKED_HINT_SCORES = "fill the masked entries with -inf instead (np.ma.filled(x, -np.inf))"
+
+
+def _refuse_array_subclasses(x: object, name: str, masked_hint: str) -> None:
+    """Masked arrays and matrices look like arrays but do not behave like them."""
+    ma = sys.modules.get("numpy.ma")  # not np.ma: that would import numpy.ma (1 MB) lazily
+    if ma is not None and isinstance(x, ma.MaskedArray):
+        raise TypeError(f"{name} is a numpy masked array, which is not supported: {masked_hint}")
+    if isinstance(x, np.matrix):
+        raise TypeError(
+            f"{name} is a numpy matrix, which is not supported (its * and reductions differ "
+            f"from an ndarray's): pass np.asarray({name})"
+        )
+
+
+def _as_array(x: object, name: str, masked_hint: str) -> np.ndarray:
+    """``x`` as a plain ndarray (subclasses dropped, big-endian floats made native)."""
+    _refuse_array_subclasses(x, name, masked_hint)
+    try:
+        arr = np.asarray(x)
+    except Exception as exc:  # ragged lists, tensors that need .detach(), ...
+        raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}: {exc}") from exc
+    if arr.dtype.kind == "f" and not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))  # same values, native byte order
+    return arr
+
+
+def as_float_array(x: object, name: str, masked_hint: str = MASKED_HINT_ATTENTION) -> np.ndarray:
+    """``x`` as an ndarray of float16/32/64 (any byte order), or a TypeError naming ``name``.
+
+    Masked arrays and ``np.matrix`` are refused; other ndarray subclasses are viewed as
+    ndarrays.
+    """
+    arr = _as_array(x, name, masked_hint)
     if arr.dtype not in FLOAT_DTYPES:
         raise TypeError(
             f"{name} must have a floating dtype (float16, float32 or float64), got {arr.dtype}"
@@ -74,19 +111,29 @@ def check_float_dtype(dtype: object, name: str = "dtype") -> np.dtype:
         raise TypeError(
             f"{name} must be float16, float32 or float64, got {dtype!r}"
         ) from err
+    if dt.kind == "f" and not dt.isnative:
+        dt = dt.newbyteorder("=")  # '>f8' on a little-endian machine: float64
     if dt not in FLOAT_DTYPES:
         raise TypeError(f"{name} must be float16, float32 or float64, got {dt}")
     return dt
 
 
-def check_block(value: object, name: str) -> int:
-    """A block size: a positive Python or numpy integer (``bool`` is refused), clamped to
-    :data:`MAX_BLOCK`."""
+def check_int(value: object, name: str, minimum: int | None = None) -> int:
+    """``value`` as a Python int: a Python or numpy integer (``bool`` and floats are refused,
+    a TypeError naming ``name``), at least ``minimum`` when given (else a ValueError)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be a positive integer, got {value!r}")
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value}")
-    return min(int(value), MAX_BLOCK)
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        kind = {0: "a non-negative integer", 1: "a positive integer"}.get(
+            minimum, f"an integer >= {minimum}")
+        raise ValueError(f"{name} must be {kind}, got {value}")
+    return int(value)
+
+
+def check_block(value: object, name: str) -> int:
+    """A block size (tile side): a positive integer, honoured as given.  A tile is
+    ``min(block, n)`` on each side, so a block larger than the problem costs nothing extra."""
+    return check_int(value, name, minimum=1)
 
 
 def check_finite(x: np.ndarray, name: str) -> None:
@@ -118,7 +165,7 @@ def check_mask(mask: object, target: tuple[int, ...]) -> np.ndarray | None:
     """A boolean mask broadcast (as a view) to ``target = batch_shape + (n_q, n_k)``."""
     if mask is None:
         return None
-    mask = np.asarray(mask)
+    mask = _as_array(mask, "mask", "pass a boolean array (True = may attend)")
     if mask.dtype != np.bool_:
         raise TypeError(
             f"mask must be a boolean array (True = may attend), got dtype {mask.dtype}"
@@ -135,20 +182,42 @@ def check_mask(mask: object, target: tuple[int, ...]) -> np.ndarray | None:
 
 
 def check_scale(scale: object, d: int, dtype: np.dtype) -> np.floating:
-    """The softmax scale as a scalar of the input dtype (default ``1/sqrt(d)``).
+    """The softmax scale as a scalar of the compute dtype (default ``1/sqrt(d)``).
 
-    Keeping it in the input dtype matters under NEP 50: a float64 numpy scalar would silently
-    promote a float32 score matrix to float64.
+    The compute dtype is float32 for float16 inputs (the scale is not rounded to float16: with
+    d = 59 that alone would cost 4.6e-4 of relative error), else the input dtype; a float64
+    numpy scalar would silently promote a float32 score matrix to float64 (NEP 50).  ``scale``
+    must be a real number (int, float or a numpy real scalar) whose magnitude the compute dtype
+    can represent; complex numbers and booleans are refused.
     """
+    work = compute_dtype(dtype)
     if scale is None:
-        return dtype.type(1.0 / np.sqrt(d)) if d > 0 else dtype.type(1.0)
-    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.number)):
-        raise TypeError(f"scale must be a real number or None, got {scale!r}")
-    with np.errstate(over="ignore"):
-        cast = dtype.type(scale)
-    if not np.isfinite(cast):
-        raise ValueError(f"scale must be finite in {dtype}, got {scale}")
-    return cast
+        return work.type(1.0 / math.sqrt(d)) if d > 0 else work.type(1.0)
+    if isinstance(scale, np.ndarray) and scale.ndim == 0:
+        scale = scale[()]  # a 0-d array: its scalar
+    if isinstance(scale, (bool, np.bool_)) or not isinstance(
+        scale, (int, float, np.integer, np.floating)
+    ):
+        raise TypeError(
+            f"scale must be a real number (int, float or numpy real scalar) or None, "
+            f"got {scale!r} of type {type(scale).__name__}"
+        )
+    try:
+        value = float(scale)
+    except OverflowError:  # an int beyond float64, e.g. 10**400
+        value = math.inf
+    limit = float(np.finfo(work).max)
+    if not math.isfinite(value) or abs(value) > limit:
+        raise ValueError(
+            f"scale must be a finite number of magnitude at most {limit:.6g} (the largest "
+            f"{work} value, the precision {dtype} inputs are computed in), got {scale!r}"
+        )
+    return work.type(value)
+
+
+def _flat(x: np.ndarray, b: int, *tail: int) -> np.ndarray:
+    """``x`` reshaped to (b, *tail); explicit sizes, so zero-size arrays reshape too."""
+    return x.reshape((b, *tail))
 
 
 def check_problem(
@@ -159,8 +228,16 @@ def check_problem(
     causal: object = False,
     mask: object = None,
     scale: object = None,
+    blocks: tuple[object, object] | None = None,
+    score_matrices: int = 0,
 ) -> Problem:
-    """Validate ``q: (..., n_q, d)``, ``k: (..., n_k, d)``, ``v: (..., n_k, d_v)`` and options."""
+    """Validate ``q: (..., n_q, d)``, ``k: (..., n_k, d)``, ``v: (..., n_k, d_v)`` and options.
+
+    blocks: ``(block_q, block_k)`` of a tiled function, checked with :func:`check_block`.
+    score_matrices: how many (n_q, n_k) arrays per head the caller will hold at once (the naive
+    functions); the problem is refused with a MemoryError, before anything is allocated, when
+    they would not fit in the available memory (:func:`check_fits_in_memory`).
+    """
     q = as_float_array(q, "q")
     k = as_float_array(k, "k")
     v = as_float_array(v, "v")
@@ -192,29 +269,293 @@ def check_problem(
     batch_shape = q.shape[:-2]
     n_q, d = q.shape[-2:]
     n_k, d_v = v.shape[-2:]
-    b = int(np.prod(batch_shape, dtype=np.int64))
+    b = math.prod(batch_shape)
+    checked_mask = check_mask(mask, batch_shape + (n_q, n_k))
+    offset = causal_offset(causal, n_q, n_k)
+    checked_scale = check_scale(scale, d, q.dtype)
+    if blocks is not None:
+        blocks = (check_block(blocks[0], "block_q"), check_block(blocks[1], "block_k"))
+    if score_matrices:
+        per_score = score_matrices * compute_dtype(q.dtype).itemsize
+        if checked_mask is not None or offset is not None:
+            per_score += 1  # the boolean visibility matrix
+        check_fits_in_memory(b * n_q * n_k * per_score,
+                             f"{score_matrices} score matrices of {batch_shape + (n_q, n_k)}")
     return Problem(
-        q=q.reshape(b, n_q, d),
-        k=k.reshape(b, n_k, d),
-        v=v.reshape(b, n_k, d_v),
+        q=_flat(q, b, n_q, d),
+        k=_flat(k, b, n_k, d),
+        v=_flat(v, b, n_k, d_v),
         batch_shape=batch_shape,
         dtype=q.dtype,
-        scale=check_scale(scale, d, q.dtype),
-        mask=check_mask(mask, batch_shape + (n_q, n_k)),
-        offset=causal_offset(causal, n_q, n_k),
+        scale=checked_scale,
+        mask=checked_mask,
+        offset=offset,
+        block_q=None if blocks is None else blocks[0],
+        block_k=None if blocks is None else blocks[1],
     )
 
 
 def check_like(x: object, name: str, shape: tuple[int, ...], dtype: np.dtype | None) -> np.ndarray:
     """An extra array argument (``o``, ``do``, ``lse``) of an exact shape (and dtype if given)."""
-    if dtype is None:
-        arr = np.asarray(x)
-        if not np.issubdtype(arr.dtype, np.floating):
-            raise TypeError(f"{name} must be a floating-point array, got dtype {arr.dtype}")
-    else:
-        arr = as_float_array(x, name)
-        if arr.dtype != dtype:
-            raise TypeError(f"{name} must have dtype {dtype} (that of q), got {arr.dtype}")
+    arr = as_float_array(x, name)
+    if dtype is not None and arr.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {dtype} (that of q), got {arr.dtype}")
     if arr.shape != shape:
         raise ValueError(f"{name} must have shape {shape}, got {arr.shape}")
     return arr
+
+
+def check_backward_problem(
+    q: object,
+    k: object,
+    v: object,
+    do: object,
+    *,
+    o: object = None,
+    lse: object = None,
+    causal: object = False,
+    mask: object = None,
+    scale: object = None,
+    blocks: tuple[object, object] | None = None,
+    score_matrices: int = 0,
+) -> tuple[Problem, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """Validate a backward call: the forward problem plus ``do`` (and ``o``, ``lse`` when given).
+
+    do, o: (..., n_q, d_v) of q's dtype, finite; lse: (..., n_q) floating, no NaN or +inf
+    (``-inf`` marks rows that see no key).  Returns ``(problem, do, o, lse)`` with the arrays
+    flattened like the problem's: (B, n_q, d_v) and (B, n_q).
+    """
+    p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale, blocks=blocks,
+                      score_matrices=score_matrices)
+    b, n_q, d_v = p.q.shape[0], p.n_q, p.v.shape[-1]
+    shape = p.batch_shape + (n_q, d_v)
+    out: list[np.ndarray | None] = []
+    for name, x in (("do", do), ("o", o)):
+        if name == "o" and x is None:
+            out.append(None)
+            continue
+        x = check_like(x, name, shape, p.dtype)
+        check_finite(x, name)
+        out.append(_flat(x, b, n_q, d_v))
+    if lse is not None:
+        lse = check_like(lse, "lse", p.batch_shape + (n_q,), None)
+        if np.isnan(lse).any() or np.isposinf(lse).any():
+            raise ValueError("lse must not contain NaN or +inf (-inf marks rows that see no key)")
+        lse = _flat(lse, b, n_q)
+    return p, out[0], out[1], lse
+
+
+# --- memory ---------------------------------------------------------------------------------
+
+#: When set (bytes), the memory the naive functions may ask for, instead of the available
+#: memory the operating system reports (see :func:`available_memory`).
+MEMORY_LIMIT: int | None = None
+
+
+def available_memory() -> int | None:
+    """Bytes of memory a new allocation can use without swapping, or None when unknown.
+
+    :data:`MEMORY_LIMIT` if set; else Linux's ``MemAvailable`` (/proc/meminfo), else the
+    physical memory ``os.sysconf`` reports (macOS and other POSIX systems); else None.
+    """
+    if MEMORY_LIMIT is not None:
+        return int(MEMORY_LIMIT)
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_fits_in_memory(nbytes: int, what: str) -> None:
+    """Refuse, before allocating, arrays of ``nbytes`` that exceed :func:`available_memory`."""
+    limit = available_memory()
+    if limit is not None and nbytes > limit:
+        raise MemoryError(
+            f"this problem needs {nbytes:,} bytes ({nbytes / 2**30:,.1f} GiB) for {what}, "
+            f"more than the {limit:,} bytes ({limit / 2**30:,.1f} GiB) of memory available; "
+            "use flash_attention (O(n) memory) or a smaller problem"
+        )
+
+
+# --- results --------------------------------------------------------------------------------
+
+def results_are_finite(*arrays: np.ndarray, stats: np.ndarray | None = None) -> bool:
+    """True when every array is finite and ``stats`` (an lse or a row maximum, where ``-inf``
+    marks a row that sees no key) holds no NaN or +inf."""
+    return all(bool(np.isfinite(x).all()) for x in arrays) and (
+        stats is None or bool((stats < np.inf).all()))
+
+
+def check_no_overflow(dtype: np.dtype, *arrays: np.ndarray,
+                      stats: np.ndarray | None = None) -> None:
+    """A clear ValueError instead of a NaN/inf result when the computation overflowed."""
+    if not results_are_finite(*arrays, stats=stats):
+        raise ValueError(
+            f"attention overflowed {compute_dtype(dtype)}: the scores scale * q @ k^T, or the "
+            "values v (or, in a backward pass, do and the gradients), exceed its range; "
+            "make q, k, v or scale smaller"
+        )
+
+
+# --- online softmax -------------------------------------------------------------------------
+
+def check_scores(x: object, name: str, *, min_ndim: int = 0, nonempty: bool = False,
+                 finite: bool = False) -> np.ndarray:
+    """Scores or values for the online-softmax functions: a real array (integers become
+    float64) without NaN or +inf (``-inf`` marks a masked score; with ``finite``, no infinity
+    at all), at least ``min_ndim``-D, and with ``nonempty`` at least one value along the last
+    axis."""
+    arr = _as_array(x, name, MASKED_HINT_SCORES)
+    if arr.dtype.kind in "iu":
+        arr = arr.astype(np.float64)
+    if arr.dtype not in FLOAT_DTYPES:
+        raise TypeError(
+            f"{name} must be a real array (float16, float32, float64 or integer), got dtype "
+            f"{arr.dtype}"
+        )
+    if finite:
+        check_finite(arr, name)
+    elif np.isnan(arr).any() or np.isposinf(arr).any():
+        raise ValueError(f"{name} must not contain NaN or +inf (-inf marks a masked score)")
+    if arr.ndim < min_ndim:
+        raise ValueError(f"{name} must have at least {min_ndim} dimension(s), got shape "
+                         f"{arr.shape}")
+    if nonempty and (arr.ndim == 0 or arr.shape[-1] == 0):
+        raise ValueError(f"{name} must have shape (..., n) with n >= 1, got {arr.shape}")
+    return arr
+
+
+def _state_parts(state: object, name: str, fields: tuple[str, ...]) -> tuple[Any, ...]:
+    if isinstance(state, (str, bytes, np.ndarray)) or not hasattr(state, "__len__"):
+        raise TypeError(f"{name} must be a pair/triple ({', '.join(fields)}), got "
+                        f"{type(state).__name__}")
+    if len(state) != len(fields):
+        raise TypeError(f"{name} must hold {len(fields)} arrays ({', '.join(fields)}), got "
+                        f"{len(state)}")
+    return tuple(state)
+
+
+def check_softmax_state(state: object, name: str = "state") -> tuple[np.ndarray, np.ndarray]:
+    """A running softmax state: any pair ``(m, l)`` (a SoftmaxState, a tuple...) of equal
+    shapes, m without NaN or +inf, l finite and >= 0."""
+    m, l = _state_parts(state, name, ("m", "l"))
+    m = check_scores(m, f"{name}.m")
+    l = check_scores(l, f"{name}.l", finite=True)
+    if m.shape != l.shape:
+        raise ValueError(f"{name}.m and {name}.l must have one shape, got {m.shape} and "
+                         f"{l.shape}")
+    if (l < 0).any():
+        raise ValueError(f"{name}.l must be finite and >= 0 (a sum of exponentials)")
+    return m, l
+
+
+def check_partial(state: object, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A partial attention state: any triple ``(m, l, acc)`` with m, l: (..., n_q) and
+    acc: (..., n_q, d_v); m without NaN or +inf, l >= 0 and acc finite."""
+    m, l, acc = _state_parts(state, name, ("m", "l", "acc"))
+    m, l = check_softmax_state((m, l), name)
+    acc = check_scores(acc, f"{name}.acc", min_ndim=1, finite=True)
+    if acc.shape[:-1] != m.shape:
+        raise ValueError(f"{name}.acc must have shape {m.shape + ('d_v',)} to match "
+                         f"{name}.m {m.shape}, got {acc.shape}")
+    return m, l, acc
+
+
+def check_softmax_input(x: object, axis: object) -> tuple[np.ndarray, int]:
+    """:func:`flashlib.softmax`'s arguments: x a float16/32/64 array without NaN or +inf
+    (-inf is a masked entry), axis an integer in range."""
+    x = as_float_array(x, "x", MASKED_HINT_SCORES)
+    axis = check_int(axis, "axis")
+    if not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"axis {axis} is out of range for x with {x.ndim} dimensions")
+    if np.isnan(x).any() or np.isposinf(x).any():
+        raise ValueError("x must not contain NaN or +inf")
+    return x, int(axis)
+
+
+def check_online_update(state: object, x: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A state (m, l) of shape (...,) and x of shape (...,) (one value per stream) or (..., b)
+    (a block); returns m, l and x as (..., b)."""
+    m, l = check_softmax_state(state)
+    x = check_scores(x, "x")
+    if x.ndim == m.ndim:
+        x = x[..., None]
+    if x.shape[:-1] != m.shape:
+        raise ValueError(
+            f"x must have shape {m.shape} (one value) or {m.shape + ('b',)} (a block), "
+            f"got {x.shape}"
+        )
+    return m, l, x
+
+
+def check_scores_values(s: object, v: object, n: str = "b") -> tuple[np.ndarray, np.ndarray]:
+    """Scores s: (..., n_q, n) (-inf where masked) and finite values v: (..., n, d_v)."""
+    s, v = check_scores(s, "s", min_ndim=2), check_scores(v, "v", min_ndim=2, finite=True)
+    if s.shape[-1] != v.shape[-2]:
+        raise ValueError(
+            f"s (..., n_q, {n}) and v (..., {n}, d_v) disagree: {s.shape} vs {v.shape}"
+        )
+    return s, v
+
+
+Partial = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def check_partial_pair(a: object, b: object) -> tuple[Partial, Partial]:
+    """Two partial states (m, l, acc) describing the same queries (equal shapes)."""
+    a, b = check_partial(a, "a"), check_partial(b, "b")
+    if a[2].shape != b[2].shape:
+        raise ValueError(f"a and b must describe the same queries: acc {a[2].shape} vs "
+                         f"{b[2].shape}")
+    return a, b
+
+
+def check_partials(parts: object) -> list[Partial]:
+    """A non-empty list (any iterable) of partial states of one shape, each checked once."""
+    if isinstance(parts, (str, bytes, np.ndarray)) or not hasattr(parts, "__iter__"):
+        raise TypeError(f"parts must be a list of PartialAttention, got {type(parts).__name__}")
+    checked = [check_partial(x, f"parts[{i}]") for i, x in enumerate(parts)]
+    if not checked:
+        raise ValueError("parts must hold at least one PartialAttention")
+    shapes = {x[2].shape for x in checked}
+    if len(shapes) > 1:
+        raise ValueError(f"parts must describe the same queries, got acc shapes {sorted(shapes)}")
+    return checked
+
+
+def check_order(order: object, n: int) -> list[int]:
+    """A permutation of range(n), as a list of Python ints."""
+    try:
+        items = list(order)  # type: ignore[call-overload]
+    except TypeError as err:
+        raise TypeError(f"order must be a sequence of integers, got {order!r}") from err
+    if any(isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)) for i in items):
+        raise TypeError(f"order must be a sequence of integers, got {order!r}")
+    items = [int(i) for i in items]
+    if sorted(items) != list(range(n)):
+        raise ValueError(f"order must be a permutation of range({n}), got {items}")
+    return items
+
+
+def check_rng(rng: object) -> np.random.Generator:
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy Generator (np.random.default_rng), got {rng!r}")
+    return rng
+
+
+def check_shape(shape: object, name: str = "shape") -> tuple[int, ...]:
+    """A shape: a non-negative integer or a tuple of them."""
+    items = (shape,) if isinstance(shape, (int, np.integer)) else shape
+    if not isinstance(items, (tuple, list)) or any(
+        isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0
+        for n in items
+    ):
+        raise ValueError(f"{name} must be a tuple of non-negative integers, got {shape!r}")
+    return tuple(int(n) for n in items)

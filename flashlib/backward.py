@@ -6,17 +6,51 @@ selective gradient checkpointing, Dao et al. 2022, Section 3.1), with
 ``D_i = rowsum(dO_i * O_i)`` replacing the row sums of ``dP * P``.  The loop order is
 FlashAttention-2's: outer over key/value blocks, so ``dK_j`` and ``dV_j`` accumulate in "SRAM",
 inner over query blocks, adding into ``dQ``.
+
+:func:`flash2_backward` is the algorithm as the paper writes it (one head, no mask);
+:func:`flash_attention_backward` the library version (batched, masked, validated).
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from flashlib._validate import check_block, check_finite, check_like, check_problem
-from flashlib.flash import compute_dtype
+from flashlib._validate import Problem, check_backward_problem, check_no_overflow
+from flashlib.constants import BLOCK_K, BLOCK_Q, compute_dtype
 from flashlib.masks import tile_mask
 
-__all__ = ["flash_attention_backward"]
+__all__ = ["flash2_backward", "flash_attention_backward"]
+
+
+def flash2_backward(
+    Q: np.ndarray, K: np.ndarray, V: np.ndarray, O: np.ndarray, L: np.ndarray, dO: np.ndarray,
+    B_r: int, B_c: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """FlashAttention-2 backward (Dao 2023, Algorithm 2), one head: P is recomputed, not stored.
+
+    Q: (N_q, d), K: (N_k, d), V: (N_k, d_v), O and dO: (N_q, d_v), L: (N_q,) from
+    :func:`flashlib.flash.flash2_forward` -> dQ, dK, dV shaped like Q, K, V.
+    """
+    N_q, N_k, scale = Q.shape[0], K.shape[0], 1 / math.sqrt(Q.shape[1])
+    D = np.sum(dO * O, axis=1)  # (N_q,): D_i = rowsum(dO_i * O_i)
+    dQ, dK, dV = np.zeros_like(Q), np.zeros_like(K), np.zeros_like(V)
+    for j in range(0, N_k, B_c):  # outer loop: K_j, V_j; dK_j, dV_j accumulate in SRAM
+        K_j, V_j = K[j : j + B_c], V[j : j + B_c]  # (B_c, d), (B_c, d_v)
+        dK_j, dV_j = np.zeros_like(K_j), np.zeros_like(V_j)
+        for i in range(0, N_q, B_r):  # inner loop: Q_i, dO_i, L_i, D_i
+            Q_i, dO_i = Q[i : i + B_r], dO[i : i + B_r]  # (B_r, d), (B_r, d_v)
+            L_i, D_i = L[i : i + B_r], D[i : i + B_r]  # (B_r,) each
+            S_ij = scale * (Q_i @ K_j.T)  # (B_r, B_c)
+            P_ij = np.exp(S_ij - L_i[:, None])  # (B_r, B_c): recomputed from L_i
+            dV_j += P_ij.T @ dO_i  # (B_c, d_v)
+            dP_ij = dO_i @ V_j.T  # (B_r, B_c)
+            dS_ij = P_ij * (dP_ij - D_i[:, None])  # (B_r, B_c)
+            dQ[i : i + B_r] += scale * (dS_ij @ K_j)  # (B_r, d), written back to HBM
+            dK_j += scale * (dS_ij.T @ Q_i)  # (B_c, d)
+        dK[j : j + B_c], dV[j : j + B_c] = dK_j, dV_j  # written to HBM once
+    return dQ, dK, dV
 
 
 def _first_query_block(j0: int, offset: int | None, block_q: int) -> int:
@@ -35,8 +69,8 @@ def flash_attention_backward(
     lse: np.ndarray,
     do: np.ndarray,
     *,
-    block_q: int = 64,
-    block_k: int = 64,
+    block_q: int = BLOCK_Q,
+    block_k: int = BLOCK_K,
     causal: bool | str = False,
     mask: np.ndarray | None = None,
     scale: float | None = None,
@@ -45,28 +79,34 @@ def flash_attention_backward(
     return_lse=True)``, recomputing P tile by tile; P is never stored or passed in.
 
     q: (..., n_q, d), k: (..., n_k, d), v: (..., n_k, d_v), o and do: (..., n_q, d_v),
-    lse: (..., n_q).  Options must match the forward call (block sizes need not; they are
-    clamped to MAX_BLOCK).  Returns arrays of q's dtype.
+    lse: (..., n_q).  Options must match the forward call; block sizes need not (default
+    BLOCK_Q x BLOCK_K, honoured as given; a tile is min(block, n) on each side).  Returns
+    arrays of q's dtype.  Extra memory beyond inputs and outputs: O(n d) (D and copies in the
+    compute dtype) plus a few B_r x B_c tiles per head (S, P, dP, dS), never (n_q, n_k).
     """
-    p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale)
-    block_q = check_block(block_q, "block_q")
-    block_k = check_block(block_k, "block_k")
-    n_b, n_q, n_k, d_v = p.q.shape[0], p.n_q, p.n_k, p.v.shape[-1]
-    o = check_like(o, "o", p.batch_shape + (n_q, d_v), p.dtype)
-    do = check_like(do, "do", p.batch_shape + (n_q, d_v), p.dtype)
-    lse = check_like(lse, "lse", p.batch_shape + (n_q,), None)
-    check_finite(o, "o")
-    check_finite(do, "do")
-    if np.isnan(lse).any() or np.isposinf(lse).any():
-        raise ValueError("lse must not contain NaN or +inf (-inf marks rows that see no key)")
-    dtype = compute_dtype(p.dtype)
+    p, do, o, lse = check_backward_problem(
+        q, k, v, do, o=o, lse=lse, causal=causal, mask=mask, scale=scale,
+        blocks=(block_q, block_k))
+    with np.errstate(over="ignore", invalid="ignore"):
+        grads = _backward(p, o, lse, do)
+    check_no_overflow(p.dtype, *grads)
+    return tuple(p.unflatten(x.astype(p.dtype, copy=False)) for x in grads)
 
-    q_s = p.q.astype(dtype) * dtype.type(p.scale)  # scale folded into Q
+
+def _backward(
+    p: Problem, o: np.ndarray, lse: np.ndarray, do: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The tiled backward of a validated problem; o, do: (B, n_q, d_v), lse: (B, n_q).
+    Returns dq, dk, dv in the compute dtype."""
+    block_q, block_k = p.block_q, p.block_k
+    n_b, n_q, n_k = p.q.shape[0], p.n_q, p.n_k
+    dtype = compute_dtype(p.dtype)
+    q_s = np.multiply(p.q, p.scale, dtype=dtype)  # scale folded into Q
     k, v = p.k.astype(dtype, copy=False), p.v.astype(dtype, copy=False)
-    do = do.reshape(n_b, n_q, d_v).astype(dtype, copy=False)
-    o = o.reshape(n_b, n_q, d_v).astype(dtype, copy=False)
+    do = do.astype(dtype, copy=False)
+    o = o.astype(dtype, copy=False)
     # Rows that saw no key have lse = -inf; +inf there makes every recomputed P entry 0.
-    lse = lse.reshape(n_b, n_q).astype(dtype)
+    lse = lse.astype(dtype)
     lse[np.isneginf(lse)] = np.inf
     delta = np.sum(do * o, axis=-1)  # D = rowsum(dO * O): (B, n_q)
 
@@ -93,5 +133,5 @@ def flash_attention_backward(
             ds = p_ij * (dp - delta[:, i0:i1, None])  # dS_ij = P_ij * (dP_ij - D_i)
             dq[:, i0:i1] += ds @ k_j
             dk_j += ds.swapaxes(-1, -2) @ q_s[:, i0:i1]  # scale * dS^T Q = dS^T (scale Q)
-    dq *= dtype.type(p.scale)
-    return tuple(p.unflatten(x.astype(p.dtype, copy=False)) for x in (dq, dk, dv))
+    dq *= p.scale
+    return dq, dk, dv

@@ -1,12 +1,15 @@
 """FlashAttention-2 forward: outer loop over query blocks, an unnormalised accumulator per block.
 
+:func:`flash2_forward` is the algorithm as the paper writes it (one head, no mask);
+:func:`flash_attention` is the fast library version described below.
+
 For each block of ``B_r`` query rows the kernel streams over the key/value blocks of ``B_c`` rows,
 keeping only the running row maximum ``m_i``, the running sum ``l_i`` and the unnormalised output
 ``acc`` (Dao 2023, Section 3.1).  The division by ``l_i`` happens once, at the end, and only the
 logsumexp ``lse = m + log(l)`` is kept for the backward pass.  No ``(n_q, n_k)`` array is ever
-built: beyond inputs and outputs the memory is one ``(B_r, B_c)`` tile per head (block sizes are
-clamped to ``MAX_BLOCK``, so this holds for any block size asked for), one copy of K and O(n)
-state.
+built: beyond inputs and outputs the memory is one copy of K and O(n) state (O(n d) in all)
+plus one ``(B_r, B_c)`` tile per head, whatever block sizes are asked for (a tile is
+``min(block, n)`` on each side).
 
 The tricks GPU kernels use, applied here (the optimisation-ladder chapter measures each one):
 
@@ -26,23 +29,22 @@ The tricks GPU kernels use, applied here (the optimisation-ladder chapter measur
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from flashlib._validate import check_block, check_float_dtype, check_problem
+from flashlib._validate import (
+    Problem,
+    check_float_dtype,
+    check_int,
+    check_no_overflow,
+    check_problem,
+    results_are_finite,
+)
+from flashlib.constants import BLOCK_K, BLOCK_Q, LN2, LOG2E, compute_dtype
 from flashlib.masks import hide_above_diagonal, key_stop, straddles_diagonal, tile_mask
 
-__all__ = [
-    "flash_attention",
-    "workspace_bytes",
-    "compute_dtype",
-    "LOG2E",
-    "STALE_LIMIT",
-    "BLOCK_Q",
-    "BLOCK_K",
-]
-
-LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
-LN2 = 0.6931471805599453  # ln(2)
+__all__ = ["flash2_forward", "flash_attention", "workspace_bytes", "STALE_LIMIT"]
 
 #: Conditional rescaling: a tile computed against a stale running maximum m_i is accepted while
 #: each row's sum of exp2(s - m_i) stays at most 2**16.  Then every term is at most 2**16, far
@@ -53,36 +55,34 @@ LN2 = 0.6931471805599453  # ln(2)
 #: stay below about 5e33 / n_k instead of 3e38 / n_k.
 STALE_LIMIT = 2.0**16
 
-# Default tile sizes B_r = 128, B_c = 64, chosen from two runs of
-#     python -m flashlib.bench cpu --n 1024 4096 16384 --causal --repeats 5 \
-#         --blocks 64x64,128x64,128x128,256x256
-# (AMD EPYC Zen 4, one thread, OpenBLAS 0.3.31 SkylakeX kernels, 8 heads, d = 64, float32):
-# flash_attention's median time relative to the in-place naive baseline of the same run
-# (run 1 / run 2; the runs differ by the machine's load, the ranking mostly does not).
-#
-#     B_r x B_c          64x64       64x128      128x64      128x128     256x256
-#     n = 1024         0.91/0.89   0.83/0.83   0.85/0.86   0.95/0.96   0.91/0.89
-#     n = 1024 causal  0.54/0.55   0.55/0.57   0.58/0.60   0.61/0.63   0.68/0.70
-#     n = 4096         0.75/0.86   0.68/0.74   0.68/0.70   0.77/0.79   0.69/0.71
-#     n = 4096 causal  0.37/0.38   0.35/0.36   0.36/0.36   0.39/0.40   0.38/0.38
-#     n = 16384        0.55/0.54   0.50/0.50   0.49/0.48   0.55/0.53   0.48/0.48
-#     n = 16384 causal 0.24/0.25   0.23/0.24   0.22/0.23   0.25/0.24   0.22/0.22
-#
-# 128 x 64 and 64 x 128 lead; a third run at n = 4096 with 9 repeats gave 0.68 (128 x 64)
-# against 0.72 (64 x 128), so 128 x 64 is the default: the best or within 2% of it from
-# n = 4096 up, and within 5% at n = 1024, where per-call overhead favours 64 x 128.  These
-# small products run at a high BLAS rate (128 x 128 is consistently slower), the (8, 128, 64)
-# float32 tile of 8 heads (256 KiB) stays in the 1 MiB L2 cache, and a 64-key tile wastes
-# little work on the causal diagonal.  Taller query blocks re-read K and V fewer times, which
-# is why 256 x 256 catches up at n = 16384.
-BLOCK_Q = 128
-BLOCK_K = 64
 
+def flash2_forward(
+    Q: np.ndarray, K: np.ndarray, V: np.ndarray, B_r: int, B_c: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """FlashAttention-2 forward (Dao 2023, Algorithm 1), one head.
 
-def compute_dtype(dtype: np.dtype) -> np.dtype:
-    """The dtype of the running statistics: float32 for float16 inputs (as GPU kernels keep m,
-    l and the accumulator in registers in float32), otherwise the input dtype."""
-    return np.dtype(np.float32) if dtype == np.float16 else np.dtype(dtype)
+    Q: (N_q, d), K: (N_k, d), V: (N_k, d_v) -> O: (N_q, d_v) and the logsumexp L: (N_q,).
+    """
+    N_q, N_k, d_v = Q.shape[0], K.shape[0], V.shape[1]
+    scale = 1 / math.sqrt(Q.shape[1])
+    O, L = np.zeros((N_q, d_v), Q.dtype), np.zeros(N_q, Q.dtype)  # in HBM
+    for i in range(0, N_q, B_r):  # outer loop: one block of queries
+        Q_i = Q[i : i + B_r]  # (B_r, d)
+        O_i = np.zeros((len(Q_i), d_v), Q.dtype)  # (B_r, d_v), unnormalised
+        l_i = np.zeros(len(Q_i), Q.dtype)  # (B_r,): running sum of exp(S_ij - m_i)
+        m_i = np.full(len(Q_i), -np.inf, Q.dtype)  # (B_r,): running row maximum
+        for j in range(0, N_k, B_c):  # inner loop: every block of keys and values
+            K_j, V_j = K[j : j + B_c], V[j : j + B_c]  # (B_c, d), (B_c, d_v)
+            S_ij = scale * (Q_i @ K_j.T)  # (B_r, B_c)
+            m_new = np.maximum(m_i, S_ij.max(axis=1))  # (B_r,)
+            P_ij = np.exp(S_ij - m_new[:, None])  # (B_r, B_c): P~_ij, unnormalised
+            alpha = np.exp(m_i - m_new)  # (B_r,): rescales what was summed against m_i
+            l_i = alpha * l_i + P_ij.sum(axis=1)
+            O_i = alpha[:, None] * O_i + P_ij @ V_j
+            m_i = m_new
+        O[i : i + B_r] = O_i / l_i[:, None]  # the one division, at the end
+        L[i : i + B_r] = m_i + np.log(l_i)  # logsumexp, saved for the backward pass
+    return O, L
 
 
 def workspace_bytes(n_q: int, n_k: int, d: int, dtype: object, *, d_v: int | None = None,
@@ -93,13 +93,13 @@ def workspace_bytes(n_q: int, n_k: int, d: int, dtype: object, *, d_v: int | Non
     ``dtype``, in the running-statistics dtype :func:`compute_dtype`: ``k_aug``, the
     (d + 1, n_k) copy of K^T with a row of ones, and ``lse``, one value per query row; for
     float16 inputs also the float32 copy of V.  Not counted: the output, and the tiles, whose
-    size depends only on the block sizes (at most MAX_BLOCK each).
+    size depends only on the block sizes: one (B_r, B_c) tile per head, B_r = min(block_q, n_q),
+    B_c = min(block_k, n_k).
     """
     dt = check_float_dtype(dtype, "dtype")
-    for name, value in (("n_q", n_q), ("n_k", n_k), ("d", d), ("batch", batch)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-    d_v = d if d_v is None else d_v
+    n_q, n_k, d, batch = (check_int(value, name, minimum=0) for name, value in
+                          (("n_q", n_q), ("n_k", n_k), ("d", d), ("batch", batch)))
+    d_v = d if d_v is None else check_int(d_v, "d_v", minimum=0)
     work = compute_dtype(dt)
     elements = (d + 1) * n_k + n_q  # k_aug and lse
     if work != dt:
@@ -117,14 +117,17 @@ def _forward_row_block(
     mask: np.ndarray | None,
     s_buf: np.ndarray,
     ones: np.ndarray,
+    exp: np.ufunc = np.exp2,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One query block against all the key blocks it may see.
 
-    q_aug: (B, B_r, d + 1): rows of Q times scale * log2(e); the last column is overwritten
-    here with -m_i.  k_aug: (B, d + 1, n_k): K^T with a last row of ones, so that
-    q_aug @ k_aug = S - m_i.  v: (B, n_k, d_v).  s_buf: (B, >= B_r, >= B_c) tile buffer.
+    q_aug: (B, B_r, d + 1): rows of Q times scale * log2(e) (times scale alone with
+    ``exp=np.exp``, the natural-units fallback); the last column is overwritten here with -m_i.
+    k_aug: (B, d + 1, n_k): K^T with a last row of ones, so that q_aug @ k_aug = S - m_i.
+    v: (B, n_k, d_v).  s_buf: (B, >= B_r, >= B_c) tile buffer.
     ones: (>= B_c, 1): row sums as matrix-vector products, s @ 1 (BLAS beats ``s.sum(-1)``).
-    Returns the unnormalised accumulator acc (B, B_r, d_v), l_i and m_i (B, B_r), base 2.
+    Returns the unnormalised accumulator acc (B, B_r, d_v), l_i and m_i (B, B_r), m_i in the
+    units of ``exp`` (base 2 by default).
     """
     n_b, b_r, d = q_aug.shape[0], q_aug.shape[1], q_aug.shape[2] - 1
     i1 = i0 + b_r
@@ -147,7 +150,7 @@ def _forward_row_block(
             # Fast step: [Q_i, -m_i] @ [K_j^T; 1] = S_ij - m_i, one exp2, one row sum.
             np.matmul(q_aug, k_aug[:, :, j0:j1], out=s)
             with np.errstate(over="ignore"):  # an overflow shows up as l_tile = inf below
-                np.exp2(s, out=s)  # P~_ij against the stale m_i, in place
+                exp(s, out=s)  # P~_ij against the stale m_i, in place
             l_tile = np.matmul(s, ones_j)[..., 0]  # row sums
             if (l_tile <= STALE_LIMIT).all():  # False for inf and NaN too
                 l_i += l_tile
@@ -166,8 +169,8 @@ def _forward_row_block(
         # so that exp2(-inf - (-inf)) never produces a NaN.
         m_ref = np.where(np.isneginf(m_new), 0, m_new)
         s -= m_ref[..., None]
-        np.exp2(s, out=s)  # P~_ij, in place
-        alpha = np.exp2(m_i - m_ref)  # rescales what was accumulated against the old max
+        exp(s, out=s)  # P~_ij, in place
+        alpha = exp(m_i - m_ref)  # rescales what was accumulated against the old max
         l_i *= alpha
         l_i += np.matmul(s, ones_j)[..., 0]
         acc *= alpha[..., None]
@@ -191,28 +194,55 @@ def flash_attention(
     scale: float | None = None,
     return_lse: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    """Exact attention in the FlashAttention-2 loop order, in O(n) extra memory.
+    """Exact attention in the FlashAttention-2 loop order, never building an (n_q, n_k) array.
 
     q: (..., n_q, d), k: (..., n_k, d), v: (..., n_k, d_v) -> o: (..., n_q, d_v), q's dtype.
-    block_q, block_k: the tile sizes B_r and B_c (defaults measured, see BLOCK_Q above),
-    clamped to flashlib._validate.MAX_BLOCK.
+    block_q, block_k: the tile sizes B_r and B_c (default BLOCK_Q x BLOCK_K, measured: see
+    flashlib.constants), honoured as given; a tile is min(block, n) on each side.
     causal: False, True / "top_left" (row i sees j <= i), "bottom_right" (j <= i + n_k - n_q).
     mask: boolean, broadcastable to (..., n_q, n_k); True = may attend.
-    scale: defaults to 1/sqrt(d), cast to the input dtype.
+    scale: defaults to 1/sqrt(d); kept in the compute dtype (float32 for float16 inputs).
     return_lse: also return lse = m + log(l): (..., n_q), natural log, at least float32,
     ``-inf`` for rows that see no key (whose output is 0).
+    Extra memory beyond inputs and output: O(n d) (:func:`workspace_bytes`) plus one
+    B_r x B_c tile per head.
+    Scores whose base-2 form ``scale * log2(e) * q k^T`` overflows (or values that overflow
+    the unnormalised accumulator) are recomputed in natural units with V scaled by a power of
+    two, giving what :func:`flashlib.naive_attention` gives; scores that overflow the compute
+    dtype even so raise ValueError.
     """
-    p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale)
-    block_q = check_block(block_q, "block_q")
-    block_k = check_block(block_k, "block_k")
+    p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale,
+                      blocks=(block_q, block_k))
+    with np.errstate(over="ignore", invalid="ignore"):
+        o, lse = _forward(p, base2=True)
+        if not results_are_finite(o, stats=lse):  # rare: huge scores or values, see the docstring
+            o, lse = _forward(p, base2=False)
+    check_no_overflow(p.dtype, o, stats=lse)
+    o = p.unflatten(o)
+    return (o, p.unflatten(lse)) if return_lse else o
+
+
+def _forward(p: Problem, base2: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The tiled forward of a validated problem: o (B, n_q, d_v) in q's dtype and lse (B, n_q).
+
+    base2: fold scale * log2(e) into Q and use exp2 (the fast path).  False: fold the scale
+    alone and use exp, with V divided by a power of two 2^e >= max|v| (exact) and the output
+    multiplied back, so that neither the base-2 scores nor the accumulator can overflow.
+    """
+    block_q, block_k = p.block_q, p.block_k
     dtype = compute_dtype(p.dtype)
     n_b, n_q, n_k, d, d_v = p.q.shape[0], p.n_q, p.n_k, p.q.shape[-1], p.v.shape[-1]
-    q_scale = dtype.type(float(p.scale) * LOG2E)  # fold scale and log2(e) into Q
+    if base2:
+        q_scale, exp, v, v_exp = dtype.type(float(p.scale) * LOG2E), np.exp2, p.v, 0
+    else:
+        v_max = float(np.max(np.abs(p.v), initial=0.0))
+        v_exp = int(np.frexp(v_max)[1])  # 2**v_exp > max|v|
+        q_scale, exp, v = p.scale, np.exp, np.ldexp(p.v.astype(dtype), -v_exp)
 
     k_aug = np.empty((n_b, d + 1, n_k), dtype=dtype)  # [K^T; 1]: one O(n d) copy of K
     k_aug[:, :d] = p.k.swapaxes(-1, -2)
     k_aug[:, d] = 1
-    v = p.v.astype(dtype, copy=False)
+    v = v.astype(dtype, copy=False)
     b_r, b_c = min(block_q, n_q), min(block_k, n_k)  # tiles never exceed the problem
     q_aug = np.empty((n_b, b_r, d + 1), dtype=dtype)  # [Q_i * scale * log2(e), -m_i]
     s_buf = np.empty((n_b, b_r, b_c), dtype=dtype)  # the (B_r, B_c) tile of every head
@@ -225,15 +255,20 @@ def flash_attention(
         q_i = q_aug[:, : i1 - i0]
         np.multiply(p.q[:, i0:i1], q_scale, out=q_i[..., :d])
         acc, l_i, m_i = _forward_row_block(
-            q_i, k_aug, v, i0, block_k, p.offset, p.mask, s_buf, ones
+            q_i, k_aug, v, i0, block_k, p.offset, p.mask, s_buf, ones, exp
         )
         seen = l_i > 0  # False for rows that see no key: output 0, lse -inf
         np.divide(acc, l_i[..., None], out=acc, where=seen[..., None])
+        if v_exp:
+            acc = np.ldexp(acc, v_exp)  # undo the scaling of V (exact)
         o[:, i0:i1] = acc
         lse_i = lse[:, i0:i1]
         lse_i.fill(-np.inf)
-        np.log2(l_i, out=lse_i, where=seen)
-        lse_i += m_i
-        lse_i *= LN2  # back from base 2 to natural log
-    o = p.unflatten(o)
-    return (o, p.unflatten(lse)) if return_lse else o
+        if base2:
+            np.log2(l_i, out=lse_i, where=seen)
+            lse_i += m_i
+            lse_i *= LN2  # back from base 2 to natural log
+        else:
+            np.log(l_i, out=lse_i, where=seen)
+            lse_i += m_i
+    return o, lse

@@ -5,17 +5,48 @@ over query blocks.  The output ``O`` and the statistics ``l`` and ``m`` live in 
 step reads the block's ``O_i, l_i, m_i``, merges the new tile in, writes them back, and keeps
 ``O_i`` normalised, rescaling it by ``diag(l_new)^-1`` each time (Dao et al. 2022, Algorithm 1).
 FlashAttention-2 (:mod:`flashlib.flash`) swaps the loops and defers the division to the end.
+
+:func:`flash1_forward` is the algorithm as the paper writes it (one head, no mask);
+:func:`flash_attention_v1` the library version (batched, masked, validated).
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from flashlib._validate import check_block, check_problem
-from flashlib.flash import compute_dtype
+from flashlib._validate import Problem, check_no_overflow, check_problem, results_are_finite
+from flashlib.constants import BLOCK_K, BLOCK_Q, compute_dtype
 from flashlib.masks import key_stop, tile_mask
 
-__all__ = ["flash_attention_v1"]
+__all__ = ["flash1_forward", "flash_attention_v1"]
+
+
+def flash1_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, B_r: int, B_c: int) -> np.ndarray:
+    """FlashAttention (Dao et al. 2022, Algorithm 1), one head: O, l and m live in "HBM".
+
+    Q: (N_q, d), K: (N_k, d), V: (N_k, d_v) -> O: (N_q, d_v).
+    """
+    N_q, N_k, scale = Q.shape[0], K.shape[0], 1 / math.sqrt(Q.shape[1])
+    O = np.zeros((N_q, V.shape[1]), Q.dtype)  # (N_q, d_v), in HBM
+    l = np.zeros(N_q, Q.dtype)  # (N_q,), in HBM
+    m = np.full(N_q, -np.inf, Q.dtype)  # (N_q,), in HBM
+    for j in range(0, N_k, B_c):  # outer loop: load K_j, V_j to SRAM
+        K_j, V_j = K[j : j + B_c], V[j : j + B_c]  # (B_c, d), (B_c, d_v)
+        for i in range(0, N_q, B_r):  # inner loop: load Q_i, O_i, l_i, m_i to SRAM
+            Q_i, O_i, l_i, m_i = Q[i : i + B_r], O[i : i + B_r], l[i : i + B_r], m[i : i + B_r]
+            S_ij = scale * (Q_i @ K_j.T)  # (B_r, B_c)
+            m_tilde_ij = S_ij.max(axis=1)  # (B_r,): the block's row maximum
+            P_tilde_ij = np.exp(S_ij - m_tilde_ij[:, None])  # (B_r, B_c)
+            l_tilde_ij = P_tilde_ij.sum(axis=1)  # (B_r,)
+            m_new = np.maximum(m_i, m_tilde_ij)  # (B_r,)
+            alpha, beta = np.exp(m_i - m_new), np.exp(m_tilde_ij - m_new)  # (B_r,) each
+            l_new = alpha * l_i + beta * l_tilde_ij  # (B_r,)
+            O_new = (l_i * alpha)[:, None] * O_i + beta[:, None] * (P_tilde_ij @ V_j)
+            O[i : i + B_r] = O_new / l_new[:, None]  # diag(l_new)^-1: O_i stays normalised
+            l[i : i + B_r], m[i : i + B_r] = l_new, m_new  # write l_i, m_i back to HBM
+    return O
 
 
 def flash_attention_v1(
@@ -23,8 +54,8 @@ def flash_attention_v1(
     k: np.ndarray,
     v: np.ndarray,
     *,
-    block_q: int = 64,
-    block_k: int = 64,
+    block_q: int = BLOCK_Q,
+    block_k: int = BLOCK_K,
     causal: bool | str = False,
     mask: np.ndarray | None = None,
     scale: float | None = None,
@@ -32,25 +63,42 @@ def flash_attention_v1(
     """Exact attention, Algorithm 1 order: outer loop over K/V blocks, inner over Q blocks.
 
     q: (..., n_q, d), k: (..., n_k, d), v: (..., n_k, d_v) -> o: (..., n_q, d_v), q's dtype.
-    block_q, block_k: B_r and B_c (clamped to MAX_BLOCK).
-    causal, mask and scale as in :func:`flash_attention`.
+    block_q, block_k: B_r and B_c (default BLOCK_Q x BLOCK_K, as every tiled function),
+    honoured as given; a tile is min(block, n) on each side.
+    causal, mask and scale as in :func:`flash_attention` (float32 for float16 inputs).
+    Extra memory beyond inputs and output: O(n d) (the scaled Q, O, l and m in the compute
+    dtype) plus a few B_r x B_c tiles per head (S, P and their temporaries), never (n_q, n_k).
+    Values large enough to overflow P~ V are handled by scaling V by a power of two (exact);
+    scores that overflow the compute dtype raise ValueError.
     """
-    p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale)
-    block_q = check_block(block_q, "block_q")
-    block_k = check_block(block_k, "block_k")
+    p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale,
+                      blocks=(block_q, block_k))
+    with np.errstate(over="ignore", invalid="ignore"):
+        o, m = _forward(p, v_exp=0)
+        if not results_are_finite(o, stats=m):  # huge values: P~ V overflowed; scale V by 2^-e
+            o, m = _forward(p, v_exp=int(np.frexp(float(np.max(np.abs(p.v), initial=0.0)))[1]))
+    check_no_overflow(p.dtype, o, stats=m)  # m = +inf or NaN: scores beyond the dtype's range
+    return p.unflatten(o)
+
+
+def _forward(p: Problem, v_exp: int) -> tuple[np.ndarray, np.ndarray]:
+    """Algorithm 1 on a validated problem, with V divided by 2**v_exp (exact), multiplied back
+    at the end.  Returns o (B, n_q, d_v) in q's dtype and the row maxima m (B, n_q)."""
+    block_q, block_k = p.block_q, p.block_k
     dtype = compute_dtype(p.dtype)
     n_b, n_q, n_k, d_v = p.q.shape[0], p.n_q, p.n_k, p.v.shape[-1]
-    q_s = p.q.astype(dtype) * dtype.type(p.scale)
+    q_s = np.multiply(p.q, p.scale, dtype=dtype)  # scale * Q, in the compute dtype
+    v = np.ldexp(p.v.astype(dtype), -v_exp) if v_exp else p.v
 
     # "HBM": the normalised output and the row statistics, read and written every step.
     o = np.zeros((n_b, n_q, d_v), dtype=dtype)
-    l = np.zeros((n_b, n_q), dtype=dtype)  # noqa: E741
+    l = np.zeros((n_b, n_q), dtype=dtype)
     m = np.full((n_b, n_q), -np.inf, dtype=dtype)
 
     for j0 in range(0, n_k, block_k):  # outer loop: K_j, V_j to SRAM
         j1 = min(j0 + block_k, n_k)
         k_j = p.k[:, j0:j1].astype(dtype, copy=False)
-        v_j = p.v[:, j0:j1].astype(dtype, copy=False)
+        v_j = v[:, j0:j1].astype(dtype, copy=False)
         for i0 in range(0, n_q, block_q):  # inner loop: Q_i, O_i, l_i, m_i to SRAM
             i1 = min(i0 + block_q, n_q)
             if key_stop(i0, i1, n_k, p.offset) <= j0:
@@ -77,4 +125,6 @@ def flash_attention_v1(
             )
             l[:, i0:i1] = l_new
             m[:, i0:i1] = m_new
-    return p.unflatten(o.astype(p.dtype, copy=False))
+    if v_exp:
+        o = np.ldexp(o, v_exp)
+    return o.astype(p.dtype, copy=False), m

@@ -43,7 +43,8 @@ from collections.abc import Callable
 import numpy as np
 
 from flashlib._validate import check_block, check_problem
-from flashlib.flash import BLOCK_K, BLOCK_Q, LOG2E, STALE_LIMIT, compute_dtype, flash_attention
+from flashlib.constants import BLOCK_K, BLOCK_Q, LOG2E, compute_dtype
+from flashlib.flash import STALE_LIMIT, flash_attention
 from flashlib.masks import tile_mask, visible_keys
 
 __all__ = [

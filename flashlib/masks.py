@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashlib._validate import causal_offset, check_block
+from flashlib._validate import causal_offset, check_block, check_int
 
 __all__ = [
     "causal_mask",
@@ -30,6 +30,7 @@ def _diagonal(i0: int, i1: int, j0: int, j1: int, offset: int) -> np.ndarray:
 
 def causal_mask(n_q: int, n_k: int, causal: bool | str = True) -> np.ndarray:
     """The boolean (n_q, n_k) causal mask for ``causal`` True/"top_left" or "bottom_right"."""
+    n_q, n_k = check_int(n_q, "n_q", minimum=0), check_int(n_k, "n_k", minimum=0)
     offset = causal_offset(causal, n_q, n_k)
     if offset is None:
         return np.ones((n_q, n_k), dtype=bool)
@@ -105,9 +106,7 @@ def causal_tiles(
     (``causal=False``): every tile is computed, none masked.
     """
     block_q, block_k = check_block(block_q, "block_q"), check_block(block_k, "block_k")
-    for name, n in (("n_q", n_q), ("n_k", n_k)):
-        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0:
-            raise ValueError(f"{name} must be a non-negative integer, got {n!r}")
+    n_q, n_k = check_int(n_q, "n_q", minimum=0), check_int(n_k, "n_k", minimum=0)
     offset = causal_offset(causal, n_q, n_k)
     computed = masked = 0
     for i0 in range(0, n_q, block_q):

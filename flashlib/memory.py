@@ -1,80 +1,47 @@
 """Measuring memory: the (n, n) score matrix of naive attention, and a silent float64 promotion.
 
 numpy reports its array allocations to :mod:`tracemalloc`, so the peak traced memory while a
-function runs is the memory its arrays needed.  The chapters use this to watch naive
-attention's (n, n) score matrix grow 4x per doubling of ``n`` (``S``, overwritten in place by the
-probabilities ``P``), flash attention's workspace grow only linearly, and to
-catch the NEP 50 pitfall: ``s / np.sqrt(d)`` with a float32 ``s`` is float64, because
-``np.sqrt(d)`` is a float64 *numpy scalar* and numpy 2 no longer treats numpy scalars as "weak".
+function runs (:func:`flashlib.measure.measure_peak`) is the memory its arrays needed.  The
+chapters use this to watch naive attention's (n, n) score matrix grow 4x per doubling of ``n``
+(``S``, overwritten in place by the probabilities ``P``), flash attention's workspace grow only
+linearly, and to catch the NEP 50 pitfall: ``s / np.sqrt(d)`` with a float32 ``s`` is float64,
+because ``np.sqrt(d)`` is a float64 *numpy scalar* and numpy 2 no longer treats numpy scalars as
+"weak".
 """
 
 from __future__ import annotations
 
-import gc
-import time
-import tracemalloc
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from flashlib._validate import check_block, check_float_dtype
+from flashlib._validate import check_block, check_float_dtype, check_int
+from flashlib.measure import measure_peak
 
 __all__ = [
-    "measure_peak",
     "score_matrix_bytes",
     "random_qkv",
     "naive_attention_memory",
     "flash_attention_memory",
     "scale_scores_promoting",
     "scale_scores",
-    "median_seconds",
 ]
-
-
-def measure_peak(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, int]:
-    """Run ``fn(*args, **kwargs)``; return ``(result, peak)``.
-
-    ``peak`` is the peak traced memory during the call, in bytes, above what was allocated when
-    the call began (so the arguments do not count; the result, allocated during the call, does).
-    Works whether or not :mod:`tracemalloc` was already tracing.
-    """
-    gc.collect()
-    started_here = not tracemalloc.is_tracing()
-    if started_here:
-        tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        baseline, _ = tracemalloc.get_traced_memory()
-        result = fn(*args, **kwargs)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        if started_here:
-            tracemalloc.stop()
-    return result, max(peak - baseline, 0)
-
-
-def _check_positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
 
 
 def score_matrix_bytes(n_q: int, n_k: int | None = None, dtype: Any = np.float32, *,
                        batch: int = 1, heads: int = 1) -> int:
     """Bytes of one score matrix ``S`` (batch, heads, n_q, n_k) in ``dtype`` (``n_k = n_q``)."""
     n_k = n_q if n_k is None else n_k
-    for name, value in (("n_q", n_q), ("n_k", n_k), ("batch", batch), ("heads", heads)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    n_q, n_k, batch, heads = (check_int(value, name, minimum=0) for name, value in
+                              (("n_q", n_q), ("n_k", n_k), ("batch", batch), ("heads", heads)))
     itemsize = check_float_dtype(dtype, "dtype").itemsize
-    return int(batch) * int(heads) * int(n_q) * int(n_k) * itemsize
+    return batch * heads * n_q * n_k * itemsize
 
 
 def random_qkv(n: int, d: int, dtype: Any = np.float32, *, seed: int = 0
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Standard-normal q, k, v, each (n, d) in ``dtype``, from ``default_rng(seed)``."""
-    n, d = _check_positive_int("n", n), _check_positive_int("d", d)
+    n, d = check_int(n, "n", minimum=1), check_int(d, "d", minimum=1)
     dtype = check_float_dtype(dtype, "dtype")
     rng = np.random.default_rng(seed)
     return tuple(rng.standard_normal((n, d)).astype(dtype) for _ in range(3))
@@ -129,18 +96,5 @@ def scale_scores(s: np.ndarray, d: int) -> np.ndarray:
     s = np.asarray(s)
     if not np.issubdtype(s.dtype, np.floating):
         raise TypeError(f"s must be a floating-point array, got dtype {s.dtype}")
-    d = _check_positive_int("d", d)
+    d = check_int(d, "d", minimum=1)
     return s / s.dtype.type(np.sqrt(d))
-
-
-def median_seconds(fn: Callable[..., Any], *args: Any, repeat: int = 5, **kwargs: Any) -> float:
-    """Median wall-clock seconds of ``repeat`` calls of ``fn(*args, **kwargs)`` after a warm-up."""
-    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
-        raise ValueError(f"repeat must be a positive integer, got {repeat!r}")
-    fn(*args, **kwargs)
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn(*args, **kwargs)
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))

@@ -1,42 +1,93 @@
 """Standard attention, the textbook way: materialise S = Q K^T and P = softmax(S).
 
-This is the reference every faster implementation is checked against, and the baseline the
-book measures.  It holds one n_q x n_k matrix per head: S, overwritten in place by P (a version
-that kept both would need twice as much).
+:func:`standard_attention` and :func:`standard_attention_backward` are the algorithms as the
+papers write them (one head, 2-D arrays).  :func:`naive_attention` and
+:func:`naive_attention_backward` are the library versions: batched, masked, validated, and
+computed carefully, the way a good implementation does it (float32 for float16 inputs, the
+scale applied in float32, the output rounded once at the end).  They are the reference every
+faster implementation is checked against, and the baseline the book measures.  The forward
+holds one n_q x n_k matrix per head: S, overwritten in place by P (a version that kept both
+would need twice as much); the backward holds two (P and dP, overwritten by dS).
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from flashlib._validate import Problem, check_finite, check_like, check_problem
+from flashlib._validate import (
+    Problem,
+    check_backward_problem,
+    check_no_overflow,
+    check_problem,
+)
+from flashlib.constants import compute_dtype
 from flashlib.masks import visible_keys
+from flashlib.stable_softmax import safe_softmax
 
-__all__ = ["naive_attention", "naive_attention_backward"]
+__all__ = [
+    "standard_attention",
+    "standard_attention_backward",
+    "naive_attention",
+    "naive_attention_backward",
+]
+
+
+def standard_attention(Q: np.ndarray, K: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """Standard attention (Dao et al. 2022, Algorithm 0), one head.
+
+    Q: (N_q, d), K: (N_k, d), V: (N_k, d_v) -> O: (N_q, d_v).
+    """
+    scale = 1 / math.sqrt(Q.shape[1])
+    S = scale * (Q @ K.T)  # (N_q, N_k): written to HBM
+    P = safe_softmax(S)  # (N_q, N_k): S read back, P written
+    O = P @ V  # (N_q, d_v): P read back
+    return O
+
+
+def standard_attention_backward(
+    Q: np.ndarray, K: np.ndarray, V: np.ndarray, dO: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The standard backward pass (Dao et al. 2022, Algorithm 3), one head.
+
+    Q: (N_q, d), K: (N_k, d), V: (N_k, d_v), dO: (N_q, d_v) -> dQ, dK, dV shaped like Q, K, V.
+    """
+    scale = 1 / math.sqrt(Q.shape[1])
+    P = safe_softmax(scale * (Q @ K.T))  # (N_q, N_k): what the forward pass stored
+    dV = P.T @ dO  # (N_k, d_v)
+    dP = dO @ V.T  # (N_q, N_k)
+    D = np.sum(P * dP, axis=1, keepdims=True)  # (N_q, 1): D_i = rowsum(P_i * dP_i)
+    dS = P * (dP - D)  # (N_q, N_k): through the softmax, row by row
+    dQ = scale * (dS @ K)  # (N_q, d)
+    dK = scale * (dS.T @ Q)  # (N_k, d)
+    return dQ, dK, dV
 
 
 def _probabilities(p: Problem) -> tuple[np.ndarray, np.ndarray]:
     """P = softmax(scale * Q K^T) with masking, and lse, for the flattened problem.
 
-    Returns P: (B, n_q, n_k) in the input dtype and lse: (B, n_q) (natural log).
+    Returns P: (B, n_q, n_k) and lse: (B, n_q) (natural log), both in the compute dtype
+    (float32 for float16 inputs).  S is computed into the array that becomes P: one n_q x n_k
+    matrix per head.
     """
-    s = p.q @ p.k.swapaxes(-1, -2)  # (B, n_q, n_k)
-    s *= p.scale  # in place, and the scale has the input dtype: no promotion
+    dtype = compute_dtype(p.dtype)
+    q, k = p.q.astype(dtype, copy=False), p.k.astype(dtype, copy=False)
+    s = q @ k.swapaxes(-1, -2)  # Q K^T: (B, n_q, n_k), accumulated in the compute dtype
+    del q, k  # float32 copies for float16 inputs: free them before the n x n work
+    s *= p.scale  # S, in place; the scale is a scalar of the compute dtype: no promotion
     visible = visible_keys(p.n_q, p.n_k, p.offset, p.mask)
-    if visible is not None:
-        visible = np.broadcast_to(visible, p.batch_shape + (p.n_q, p.n_k))
-        s[~visible.reshape(s.shape)] = -np.inf
-    m = s.max(axis=-1, keepdims=True) if p.n_k else np.full(s.shape[:-1] + (1,), -np.inf)
-    m = m.astype(s.dtype, copy=False)
+    if visible is not None:  # (..., n_q, n_k) broadcasts against S in the batch shape
+        np.copyto(p.unflatten(s), -np.inf, where=~visible)
+    m = s.max(axis=-1, keepdims=True) if p.n_k else np.full(s.shape[:-1] + (1,), -np.inf, dtype)
     empty = np.isneginf(m)  # rows that see no key
     m[empty] = 0
-    s -= m
+    s -= m  # may overflow to -inf for scores far below the maximum: exp gives 0, as it should
     np.exp(s, out=s)
     l = s.sum(axis=-1, keepdims=True)  # noqa: E741
     s /= np.where(empty, 1, l)
-    lse_dtype = np.promote_types(s.dtype, np.float32)
-    lse = np.full(l.shape[:-1], -np.inf, dtype=lse_dtype)
-    np.log(l[..., 0].astype(lse_dtype), out=lse, where=~empty[..., 0])
+    lse = np.full(l.shape[:-1], -np.inf, dtype=dtype)
+    np.log(l[..., 0], out=lse, where=~empty[..., 0])
     lse += m[..., 0]
     return s, lse
 
@@ -51,17 +102,24 @@ def naive_attention(
     scale: float | None = None,
     return_lse: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    """``softmax(scale * q @ k^T, masked) @ v``, computed in the input dtype.
+    """``softmax(scale * q @ k^T, masked) @ v``, materialising the (n_q, n_k) scores.
 
-    q: (..., n_q, d), k: (..., n_k, d), v: (..., n_k, d_v) -> o: (..., n_q, d_v)
+    q: (..., n_q, d), k: (..., n_k, d), v: (..., n_k, d_v) -> o: (..., n_q, d_v), q's dtype.
     causal: False, True / "top_left" (row i sees j <= i), "bottom_right" (j <= i + n_k - n_q)
     mask: boolean, broadcastable to (..., n_q, n_k); True = may attend.
-    scale: defaults to 1/sqrt(d), cast to the input dtype.
-    With ``return_lse`` also returns lse: (..., n_q), ``-inf`` for rows that see no key.
+    scale: defaults to 1/sqrt(d); computed in float32 for float16 inputs (and the scores, the
+    softmax and P @ V too: the output is rounded to float16 once, at the end), else in the
+    input dtype.  With ``return_lse`` also returns lse: (..., n_q), at least float32, ``-inf``
+    for rows that see no key.
+    A problem whose score matrix would not fit in the available memory raises MemoryError
+    before allocating it; one whose scores overflow the compute dtype raises ValueError.
     """
-    p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale)
-    probs, lse = _probabilities(p)
-    o = p.unflatten(probs @ p.v)
+    p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale, score_matrices=1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        probs, lse = _probabilities(p)
+        o = probs @ p.v.astype(probs.dtype, copy=False)
+    check_no_overflow(p.dtype, o, stats=lse)
+    o = p.unflatten(o.astype(p.dtype, copy=False))
     return (o, p.unflatten(lse)) if return_lse else o
 
 
@@ -79,17 +137,23 @@ def naive_attention_backward(
 
     do: (..., n_q, d_v).  With ``dP = dO V^T`` and ``D = rowsum(dO * O) = rowsum(dP * P)``:
     ``dV = P^T dO``, ``dS = P * (dP - D)``, ``dQ = scale dS K``, ``dK = scale dS^T Q``.
+    Computed like :func:`naive_attention` (float32 for float16 inputs); returns q's dtype.
+    Holds two (n_q, n_k) matrices per head, P and dP (overwritten by dS).
     """
-    p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale)
-    do = check_like(do, "do", p.batch_shape + (p.n_q, p.v.shape[-1]), p.dtype)
-    check_finite(do, "do")
-    do = do.reshape(p.q.shape[0], p.n_q, -1)
-    probs, _ = _probabilities(p)
-    dv = probs.swapaxes(-1, -2) @ do
-    dp = do @ p.v.swapaxes(-1, -2)
-    delta = np.sum(dp * probs, axis=-1, keepdims=True)
-    ds = probs * (dp - delta)
-    ds *= p.scale
-    dq = ds @ p.k
-    dk = ds.swapaxes(-1, -2) @ p.q
-    return p.unflatten(dq), p.unflatten(dk), p.unflatten(dv)
+    p, do, _, _ = check_backward_problem(q, k, v, do, causal=causal, mask=mask, scale=scale,
+                                         score_matrices=2)
+    with np.errstate(over="ignore", invalid="ignore"):
+        probs, _ = _probabilities(p)
+        dtype = probs.dtype
+        k, v, do = (x.astype(dtype, copy=False) for x in (p.k, p.v, do))
+        delta = np.sum(do * (probs @ v), axis=-1, keepdims=True)  # D = rowsum(dO * O)
+        dv = probs.swapaxes(-1, -2) @ do  # dV = P^T dO
+        ds = do @ v.swapaxes(-1, -2)  # dP = dO V^T, then in place dS = P * (dP - D)
+        ds -= delta
+        ds *= probs
+        dq = ds @ k
+        dq *= p.scale
+        dk = ds.swapaxes(-1, -2) @ p.q.astype(dtype, copy=False)  # (B, n_k, d)
+        dk *= p.scale
+    check_no_overflow(p.dtype, dq, dk, dv)
+    return tuple(p.unflatten(x.astype(p.dtype, copy=False)) for x in (dq, dk, dv))

@@ -5,6 +5,9 @@ Milakov & Gimelshein (2018) keep a running maximum ``m`` and a running sum ``l``
 ``exp(m_old - m_new)``.  FlashAttention carries one more quantity per row, the unnormalised
 output ``acc = sum_j exp(s_j - m) v_j``, and two such partial states merge exactly, in any order
 and in any tree.
+
+:func:`online_update` and :func:`merge_states` are the two steps as the papers write them; the
+rest is the library API (batched, validated, with -inf scores for masked entries).
 """
 
 from __future__ import annotations
@@ -14,6 +17,22 @@ from typing import NamedTuple
 
 import numpy as np
 
+from flashlib._validate import (
+    check_float_dtype,
+    check_int,
+    check_online_update,
+    check_order,
+    check_partial,
+    check_partial_pair,
+    check_partials,
+    check_rng,
+    check_scores,
+    check_scores_values,
+    check_shape,
+)
+
+# The online-softmax API (re-exported by flashlib); the teaching functions online_update and
+# merge_states are imported from this module by name.
 __all__ = [
     "SoftmaxState",
     "TraceStep",
@@ -70,18 +89,34 @@ class PartialAttention(NamedTuple):
     acc: np.ndarray
 
 
-def _as_float(x: np.ndarray | float, name: str) -> np.ndarray:
-    x = np.asarray(x)
-    if x.dtype == np.bool_ or not np.issubdtype(x.dtype, np.number):
-        raise TypeError(f"{name} must be a real floating-point array, got dtype {x.dtype}")
-    if not np.issubdtype(x.dtype, np.floating):
-        x = x.astype(np.float64)
-    return x
+def online_update(m: np.ndarray, l: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One step of the online softmax (Milakov & Gimelshein 2018): fold the value x into the
+    running maximum m and the running sum l of exp(x_j - m).  m, l, x: (N,) or scalars."""
+    m_new = np.maximum(m, x)  # the new running maximum
+    l_new = l * np.exp(m - m_new) + np.exp(x - m_new)  # rescale the old sum, add the new term
+    return m_new, l_new
+
+
+def merge_states(
+    a: tuple[np.ndarray, np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Merge two partial attention states (m, l, acc) over disjoint sets of keys.
+
+    m, l: (B_r,) row maximum and sum of exp(s - m); acc: (B_r, d_v) sum of exp(s - m) v.
+    """
+    m_a, l_a, acc_a = a
+    m_b, l_b, acc_b = b
+    m = np.maximum(m_a, m_b)  # (B_r,)
+    alpha, beta = np.exp(m_a - m), np.exp(m_b - m)  # (B_r,) each, both <= 1
+    l = alpha * l_a + beta * l_b  # (B_r,)
+    acc = alpha[:, None] * acc_a + beta[:, None] * acc_b  # (B_r, d_v)
+    return m, l, acc
 
 
 def _exp_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``exp(a - b)`` with ``exp(-inf - (-inf))`` defined as 0 (an empty state contributes 0)."""
-    with np.errstate(invalid="ignore"):
+    """``exp(a - b)`` for ``a <= b``, with ``exp(-inf - (-inf))`` defined as 0 (an empty state
+    contributes 0); ``a - b`` may overflow to -inf (a near -finfo.max), whose exp is 0."""
+    with np.errstate(invalid="ignore", over="ignore"):
         diff = a - b
     return np.exp(np.where(np.isnan(diff), -np.inf, diff))
 
@@ -89,27 +124,24 @@ def _exp_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def softmax_state_init(
     shape: tuple[int, ...] = (), dtype: np.dtype | type = np.float64
 ) -> SoftmaxState:
-    """The empty state: ``m = -inf``, ``l = 0``, of the given batch ``shape``."""
+    """The empty state: ``m = -inf``, ``l = 0``, of the given batch ``shape`` and float dtype."""
+    shape, dtype = check_shape(shape), check_float_dtype(dtype, "dtype")
     return SoftmaxState(np.full(shape, -np.inf, dtype=dtype), np.zeros(shape, dtype=dtype))
 
 
 def online_softmax_update(state: SoftmaxState, x: np.ndarray | float) -> SoftmaxState:
     """Fold one value, or a block of values along the last axis, into ``state``.
 
-    state: SoftmaxState with m, l of shape (...,)
+    state: SoftmaxState, or any pair (m, l), with m, l of shape (...,)
     x:     a scalar / shape (...,) for one value per stream, or (..., b) for a block of b values.
 
     ``m_new = max(m, max(x))`` and ``l_new = l * exp(m - m_new) + sum(exp(x - m_new))``.
     """
-    x = _as_float(x, "x")
-    m, l = np.asarray(state.m), np.asarray(state.l)  # noqa: E741
-    if x.ndim == m.ndim:
-        x = x[..., None]
-    if x.shape[:-1] != m.shape:
-        raise ValueError(
-            f"x must have shape {m.shape} (one value) or {m.shape + ('b',)} (a block), "
-            f"got {x.shape}"
-        )
+    return _update(*check_online_update(state, x))
+
+
+def _update(m: np.ndarray, l: np.ndarray, x: np.ndarray) -> SoftmaxState:
+    """:func:`online_softmax_update` on validated arrays, x: (..., b)."""
     if x.shape[-1] == 0:
         return SoftmaxState(m.copy(), l.copy())
     dtype = np.result_type(m.dtype, x.dtype)
@@ -126,17 +158,14 @@ def online_softmax(
     With ``trace=True`` also returns the list of :class:`TraceStep` (one per block), which the
     Online softmax chapter prints and plots.
     """
-    x = _as_float(x, "x")
-    if x.ndim == 0:
-        raise ValueError("x must have at least one axis (..., n), got a scalar")
-    if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block <= 0:
-        raise ValueError(f"block must be a positive integer, got {block!r}")
-    state = softmax_state_init(x.shape[:-1], x.dtype)
+    x = check_scores(x, "x", min_ndim=1)
+    block = check_int(block, "block", minimum=1)
+    state = SoftmaxState(np.full(x.shape[:-1], -np.inf, x.dtype), np.zeros(x.shape[:-1], x.dtype))
     steps: list[TraceStep] = []
     n = x.shape[-1]
     for start in range(0, n, block):
         x_k = x[..., start : start + block]
-        new = online_softmax_update(state, x_k)
+        new = _update(state.m, state.l, x_k)
         if trace:
             steps.append(
                 TraceStep(min(start + block, n), x_k.copy(), new.m, new.l,
@@ -148,11 +177,9 @@ def online_softmax(
 
 def two_pass_softmax_state(x: np.ndarray) -> SoftmaxState:
     """The reference: first pass the maximum, second pass the sum of ``exp(x - m)``."""
-    x = _as_float(x, "x")
-    if x.ndim == 0 or x.shape[-1] == 0:
-        raise ValueError(f"x must have shape (..., n) with n >= 1, got {x.shape}")
+    x = check_scores(x, "x", nonempty=True)
     m = x.max(axis=-1)
-    return SoftmaxState(m, _exp_diff(x, m[..., None]).sum(axis=-1))
+    return SoftmaxState(m, _exp_diff(x, m[..., None]).sum(axis=-1).astype(x.dtype, copy=False))
 
 
 def partial_attention(s: np.ndarray, v: np.ndarray) -> PartialAttention:
@@ -161,10 +188,13 @@ def partial_attention(s: np.ndarray, v: np.ndarray) -> PartialAttention:
     s: (..., n_q, b)    scores of the block (``-inf`` where masked)
     v: (..., b, d_v)    values of the block
     """
-    s = _as_float(s, "s")
-    v = _as_float(v, "v")
-    if s.ndim < 2 or v.ndim < 2 or s.shape[-1] != v.shape[-2]:
-        raise ValueError(f"s (..., n_q, b) and v (..., b, d_v) disagree: {s.shape} vs {v.shape}")
+    s, v = check_scores_values(s, v, "b")
+    return _partial(s, v)
+
+
+def _partial(s: np.ndarray, v: np.ndarray) -> PartialAttention:
+    """The state (m, l, acc) of one block of keys: s: (..., n_q, b) scores (-inf where masked),
+    v: (..., b, d_v) values (validated by :func:`partial_attention`)."""
     m = s.max(axis=-1) if s.shape[-1] else np.full(s.shape[:-1], -np.inf, s.dtype)
     p = _exp_diff(s, m[..., None])
     return PartialAttention(m, p.sum(axis=-1), p @ v)
@@ -176,16 +206,10 @@ def partial_blocks(s: np.ndarray, v: np.ndarray, block: int) -> list[PartialAtte
     s: (..., n_q, n_k) scores, v: (..., n_k, d_v) values; returns one
     :func:`partial_attention` per block ``j:j + block`` of the keys, in order.
     """
-    s = _as_float(s, "s")
-    v = _as_float(v, "v")
-    if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block <= 0:
-        raise ValueError(f"block must be a positive integer, got {block!r}")
-    if s.ndim < 2 or v.ndim < 2 or s.shape[-1] != v.shape[-2]:
-        raise ValueError(
-            f"s (..., n_q, n_k) and v (..., n_k, d_v) disagree: {s.shape} vs {v.shape}"
-        )
+    s, v = check_scores_values(s, v, "n_k")
+    block = check_int(block, "block", minimum=1)
     n_k = s.shape[-1]
-    return [partial_attention(s[..., j : j + block], v[..., j : j + block, :])
+    return [_partial(s[..., j : j + block], v[..., j : j + block, :])
             for j in range(0, n_k, block)]
 
 
@@ -193,7 +217,14 @@ def merge_partials(a: PartialAttention, b: PartialAttention) -> PartialAttention
     """Merge two partial states over disjoint key sets; associative and commutative.
 
     ``m = max(m_a, m_b)``, ``l = l_a e^(m_a - m) + l_b e^(m_b - m)``, same scaling for ``acc``.
+    ``a`` and ``b``: PartialAttention or any (m, l, acc) triples of matching shapes.
     """
+    checked_a, checked_b = check_partial_pair(a, b)
+    return _merge(_as_partial(a, checked_a), _as_partial(b, checked_b))
+
+
+def _merge(a: PartialAttention, b: PartialAttention) -> PartialAttention:
+    """:func:`merge_partials` on validated states."""
     m = np.maximum(a.m, b.m)
     alpha, beta = _exp_diff(a.m, m), _exp_diff(b.m, m)
     return PartialAttention(
@@ -202,9 +233,13 @@ def merge_partials(a: PartialAttention, b: PartialAttention) -> PartialAttention
 
 
 def finalize_partial(p: PartialAttention) -> np.ndarray:
-    """The attention output ``acc / l`` (..., n_q, d_v); rows that saw no key give 0."""
-    l = p.l[..., None]  # noqa: E741
-    return np.divide(p.acc, l, out=np.zeros_like(p.acc), where=l > 0)
+    """The attention output ``acc / l`` (..., n_q, d_v); rows that saw no key give 0.
+
+    p: a PartialAttention or any (m, l, acc) triple.
+    """
+    _, l, acc = check_partial(p, "p")
+    l = l[..., None]
+    return np.divide(acc, l, out=np.zeros_like(acc), where=l > 0)
 
 
 def merge_in_order(parts: Sequence[PartialAttention], order: Iterable[int]) -> PartialAttention:
@@ -213,15 +248,27 @@ def merge_in_order(parts: Sequence[PartialAttention], order: Iterable[int]) -> P
     parts: states over disjoint key blocks, each with m, l: (..., n_q), acc: (..., n_q, d_v).
     ``order`` must name every part exactly once; the result is the state over all their keys.
     """
-    order = [int(i) for i in order]
-    if not parts:
-        raise ValueError("parts must hold at least one PartialAttention")
-    if sorted(order) != list(range(len(parts))):
-        raise ValueError(f"order must be a permutation of range({len(parts)}), got {order}")
+    parts = _checked_parts(parts)
+    order = check_order(order, len(parts))
     state = parts[order[0]]
     for i in order[1:]:
-        state = merge_partials(state, parts[i])
+        state = _merge(state, parts[i])
     return state
+
+
+def _as_partial(x: object, arrays: tuple[np.ndarray, ...]) -> PartialAttention:
+    """The checked ``arrays`` of ``x`` as a PartialAttention: ``x`` itself when it is one."""
+    if isinstance(x, PartialAttention) and all(a is b for a, b in zip(arrays, x, strict=True)):
+        return x
+    return PartialAttention(*arrays)
+
+
+def _checked_parts(parts: object) -> list[PartialAttention]:
+    """The validated states of ``parts`` (any iterable), the PartialAttentions kept as is."""
+    if hasattr(parts, "__iter__") and not isinstance(parts, (str, bytes, np.ndarray)):
+        parts = list(parts)  # a generator is read once
+    checked = check_partials(parts)
+    return [_as_partial(x, c) for x, c in zip(parts, checked, strict=True)]
 
 
 def merge_random_tree(
@@ -229,13 +276,9 @@ def merge_random_tree(
 ) -> PartialAttention:
     """Merge ``parts`` in a random tree: repeatedly merge two randomly chosen states, in a
     random argument order, until one is left (shapes as in :func:`merge_in_order`)."""
-    if not parts:
-        raise ValueError("parts must hold at least one PartialAttention")
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"rng must be a numpy Generator (np.random.default_rng), got {rng!r}")
-    pool = list(parts)
+    pool, rng = _checked_parts(parts), check_rng(rng)
     while len(pool) > 1:
         i, j = sorted(int(x) for x in rng.choice(len(pool), size=2, replace=False))
         b, a = pool.pop(j), pool.pop(i)
-        pool.append(merge_partials(a, b) if rng.random() < 0.5 else merge_partials(b, a))
+        pool.append(_merge(a, b) if rng.random() < 0.5 else _merge(b, a))
     return pool[0]

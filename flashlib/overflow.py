@@ -9,95 +9,60 @@ itself is :func:`flashlib.softmax`.
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from flashlib._validate import check_float_dtype
+from flashlib.constants import LN2
 
 __all__ = [
-    "representable_bisect",
     "exp_overflow_threshold",
     "exp_underflow_threshold",
     "naive_softmax",
-    "call_capturing_warnings",
     "PassRecord",
     "safe_softmax_passes",
 ]
 
-_INT_FOR_FLOAT = {2: np.int16, 4: np.int32, 8: np.int64}
 
-
-def _to_ordered(x: float, dt: np.dtype) -> int:
-    """Map a float of ``dt`` to an integer that increases with the float's value."""
-    bits = int(np.array(x, dtype=dt).view(_INT_FOR_FLOAT[dt.itemsize]))
-    if bits >= 0:
-        return bits
-    sign_cleared = bits & np.iinfo(_INT_FOR_FLOAT[dt.itemsize]).max
-    return -sign_cleared
-
-
-def _from_ordered(k: int, dt: np.dtype) -> np.floating:
-    """Inverse of :func:`_to_ordered` (``-0.0`` comes back as ``+0.0``)."""
-    int_t = _INT_FOR_FLOAT[dt.itemsize]
-    bits = k if k >= 0 else (-k) | int(np.iinfo(int_t).min)
-    return np.array(bits, dtype=int_t).view(dt)[()]
-
-
-def representable_bisect(
-    predicate: Callable[[np.floating], bool], lo: float, hi: float, dtype: Any
-) -> np.floating:
-    """The largest value ``x`` of ``dtype`` in ``[lo, hi]`` with ``predicate(x)`` true.
-
-    ``predicate`` must be true at ``lo``, false at ``hi`` and switch once in between.  The
-    bisection runs over the *representable* values (their bit patterns, ordered), so it ends
-    after at most ``8 * itemsize`` steps on two neighbouring floats.
-    """
-    dt = check_float_dtype(dtype, "dtype")
-    a, b = _to_ordered(lo, dt), _to_ordered(hi, dt)
-    if not predicate(_from_ordered(a, dt)) or predicate(_from_ordered(b, dt)):
-        raise ValueError("predicate must be true at lo and false at hi")
-    while b - a > 1:
-        mid = (a + b) // 2
-        if predicate(_from_ordered(mid, dt)):
-            a = mid
-        else:
-            b = mid
-    return _from_ordered(a, dt)
-
-
-def _exp_in(dt: np.dtype, x: np.floating) -> np.floating:
+def _exp_in(x: np.floating) -> np.floating:
+    """``np.exp(x)`` in x's own dtype, overflow and underflow silent."""
     with np.errstate(over="ignore", under="ignore"):
-        return np.exp(np.array(x, dtype=dt))[()]
+        return np.exp(x)
 
 
 def exp_overflow_threshold(dtype: Any) -> float:
     """The largest ``x`` representable in ``dtype`` whose ``np.exp`` in ``dtype`` is finite.
 
-    Found by bisection over the representable values between 0 and ``finfo.max`` (exp(0) is
-    finite, exp(finfo.max) is not); ``log(finfo.max)`` is where it should land, and the tests
-    check that it does.
+    ``log(finfo.max)``, rounded to ``dtype``, is where it should be; rounding can land one value
+    too high or too low, so walk from there over the neighbouring representable values
+    (``np.nextafter``) until ``exp(x)`` is finite and ``exp`` of the next value is not.
     """
     dt = check_float_dtype(dtype, "dtype")
-    x = representable_bisect(
-        lambda t: bool(np.isfinite(_exp_in(dt, t))), 0.0, float(np.finfo(dt).max), dt
-    )
+    up, down = dt.type(np.inf), dt.type(-np.inf)
+    x = np.log(np.finfo(dt).max)  # a scalar of dtype dt
+    while not np.isfinite(_exp_in(x)):
+        x = np.nextafter(x, down)
+    while np.isfinite(_exp_in(np.nextafter(x, up))):
+        x = np.nextafter(x, up)
     return float(x)
 
 
 def exp_underflow_threshold(dtype: Any) -> float:
     """The smallest (most negative) ``x`` of ``dtype`` whose ``np.exp`` in ``dtype`` is not 0.
 
-    Below it every ``exp`` rounds to zero (subnormal results still count as non-zero).
+    Below it every ``exp`` rounds to zero (subnormal results still count as non-zero).  The
+    same walk as :func:`exp_overflow_threshold`, from ``log(tiny / 2) = log(tiny) - ln 2``
+    (``tiny``: the smallest subnormal; half of it is where rounding to zero begins).
     """
     dt = check_float_dtype(dtype, "dtype")
-    # Bisect on -x: "exp(-t) == 0" is false at t = 0 and true at t = finfo.max.
-    t = representable_bisect(
-        lambda s: bool(_exp_in(dt, -s) != 0), 0.0, float(np.finfo(dt).max), dt
-    )
-    return float(-t)
+    up, down = dt.type(np.inf), dt.type(-np.inf)
+    x = np.log(np.finfo(dt).smallest_subnormal) - dt.type(LN2)
+    while _exp_in(x) == 0:
+        x = np.nextafter(x, up)
+    while _exp_in(np.nextafter(x, down)) != 0:
+        x = np.nextafter(x, down)
+    return float(x)
 
 
 def naive_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -111,21 +76,6 @@ def naive_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     x = np.asarray(x)
     e = np.exp(x)
     return e / e.sum(axis=axis, keepdims=True)
-
-
-def call_capturing_warnings(
-    fn: Callable[..., Any], *args: Any, **kwargs: Any
-) -> tuple[Any, list[str]]:
-    """Run ``fn(*args, **kwargs)`` and return ``(result, messages)`` of the warnings it raised.
-
-    Every warning is recorded (``simplefilter("always")``), formatted as ``"Category: text"``;
-    numpy's error state is left as it is (by default overflow and invalid values warn, underflow
-    is silent).
-    """
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        result = fn(*args, **kwargs)
-    return result, [f"{w.category.__name__}: {w.message}" for w in caught]
 
 
 class PassRecord(NamedTuple):

@@ -11,8 +11,8 @@ the URL is configured), read by ``notebooks.repository()`` (scripts/notebooks.py
 A chapter without its notebook is a build warning (so ``-W`` fails).
 
 It also sets ``FLASHLIB_STATIC_WIDGETS=1`` for the kernels that execute the chapters, so that
-:func:`flashlib.widgets.interactive_figure` renders its no-kernel HTML version for the website,
-and has those kernels' connections encrypted (:func:`encrypt_kernel_transport`).
+:func:`flashlib.book.widgets.interactive_figure` renders its no-kernel HTML version for the
+website, and has those kernels' connections encrypted (:func:`encrypt_kernel_transport`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ through all its values and back, and measures in the page the time from the key 
 new image in the widget's output, for every setting not shown before (a revisited one comes
 from the widget's cache). Fails when a new setting draws nothing or a slider's median redraw
 takes longer than ``--limit`` (0.2 s). Not part of `make test` or `.ci/run` (minutes, and its
-times depend on the machine's load); `python -m flashlib.bench widgets` times the kernel's
+times depend on the machine's load); `python scripts/widget_redraw.py` times the kernel's
 share alone.
 """
 

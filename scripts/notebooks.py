@@ -66,18 +66,34 @@ COLAB_CELL = ROOT / "scripts" / "colab_cell.md"
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
 
 
-def toc_files() -> list[Path]:
-    """Source files of every page in _toc.yml (``format: jb-book``, flat ``chapters``), in
-    order; ValueError for an entry without its ``.md`` file or a toc of another shape."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    if "parts" in toc or any(set(entry) - {"file", "title"} for entry in toc.get("chapters", [])):
-        raise ValueError("_toc.yml: expected a root and a flat list of `- file:` chapters")
-    paths = [ROOT / f"{name}.md" for name in
-             [toc["root"], *(entry["file"] for entry in toc.get("chapters", []))]]
-    for path in paths:
+def toc_files(toc: Path | None = None) -> list[Path]:
+    """Source files of every page of a Jupyter Book table of contents (default: the book's
+    _toc.yml), in order: the ``root``, then the ``file:`` entries of ``chapters``, of
+    ``parts``' chapters and of ``sections``, at any depth (``url:`` entries are not pages).
+    An entry names its file relative to the toc's folder, ``.md`` implied.  ValueError for an
+    entry without its file, or a ``glob:`` entry (the book lists its pages one by one)."""
+    toc = ROOT / "_toc.yml" if toc is None else Path(toc)
+    data = yaml.safe_load(toc.read_text(encoding="utf-8"))
+    names = [data["root"]]
+
+    def walk(entries: list[dict]) -> None:
+        for entry in entries:
+            if "glob" in entry:
+                raise ValueError(f"{toc.name}: glob entries are not supported ({entry['glob']})")
+            if "file" in entry:
+                names.append(entry["file"])
+            walk(entry.get("sections", []))
+
+    walk(data.get("chapters", []))
+    for part in data.get("parts", []):
+        walk(part.get("chapters", []))
+    paths = []
+    for name in names:
+        rel = Path(name) if Path(name).suffix in (".md", ".ipynb") else Path(f"{name}.md")
+        path = toc.parent / rel
         if not path.is_file():
-            raise ValueError(f"_toc.yml lists {path.relative_to(ROOT).with_suffix('')}, "
-                             f"but there is no {path.relative_to(ROOT)}")
+            raise ValueError(f"{toc.name} lists {name}, but there is no {rel.as_posix()}")
+        paths.append(path)
     return paths
 
 
@@ -329,9 +345,20 @@ def jupyter_markdown(text: str, page: Page) -> str:
 
 
 def version() -> str:
-    """flashlib's version, from pyproject.toml (the one place it is set)."""
+    """flashlib's version as pyproject.toml declares it: ``project.version``, or the module
+    attribute its dynamic version names (``flashlib.__version__``), read without importing."""
     with open(ROOT / "pyproject.toml", "rb") as f:
-        return tomllib.load(f)["project"]["version"]
+        project = tomllib.load(f)
+    if "version" in project["project"]:
+        return project["project"]["version"]
+    module, _, name = project["tool"]["setuptools"]["dynamic"]["version"]["attr"].rpartition(".")
+    path = ROOT.joinpath(*module.split("."))
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(
+                getattr(t, "id", None) == name for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise ValueError(f"{path.relative_to(ROOT)}: no {name} = '...'")
 
 
 def colab_cell() -> nbformat.NotebookNode:

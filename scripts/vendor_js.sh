@@ -105,8 +105,8 @@ below), so that the built site never loads anything from a CDN.
 
 Used by \`_config.yml\`: \`mathjax_path\` and myst-nb's \`nb_ipywidgets_js\` (which also loads
 \`book/_static/widgets-setup.js\`, not vendored: it points html-manager at its font files here and
-forwards its MathJax 2 calls to MathJax 3). The book's own sliders (flashlib.widgets) need none of
-this: they are plain HTML and JavaScript inside each page.
+forwards its MathJax 2 calls to MathJax 3). The book's own sliders (flashlib.book.widgets) need
+none of this: they are plain HTML and JavaScript inside each page.
 README
 echo "vendored into $dest"
 du -sh "$dest"

@@ -50,7 +50,8 @@ except ImportError:  # pragma: no cover - torch is pinned in requirements.txt
 
 DTYPES = (np.float16, np.float32, np.float64)
 
-# Error floors for float32/float16 comparisons ("at most 2x the naive error, or this floor").
+# Error floors for float32/float16 comparisons ("at most 2x the error of plain attention in the
+# same dtype, or this floor": flash-attn's rule, see ``plain_attention``).
 # A result stored in a dtype cannot be closer to the exact value than rounding it: half an ulp,
 # eps/2 * |o|.  The floors are a few such roundings of an O(1) output:
 #   float32: eps = 1.19e-7 -> 1e-6 is ~8 eps;  float16: eps = 9.8e-4 -> 1e-3 is ~1 eps,
@@ -61,7 +62,7 @@ FLOOR = {np.dtype(np.float32): 1e-6, np.dtype(np.float16): 1e-3}
 
 
 def error_floor(dtype, ref: np.ndarray, logit_max: float = 1.0) -> float:
-    """Floor for ``err(flash) <= max(2 * err(naive), floor)`` in a low-precision dtype."""
+    """Floor for ``err(flash) <= max(2 * err(plain), floor)`` in a low-precision dtype."""
     dtype = np.dtype(dtype)
     ref_max = float(np.max(np.abs(ref))) if ref.size else 0.0
     base = FLOOR[dtype] * max(1.0, ref_max)
@@ -86,9 +87,15 @@ def visible_mask(n_q: int, n_k: int, causal=False, mask=None) -> np.ndarray:
     return vis
 
 
+def compute_dtype(dtype) -> np.dtype:
+    """What flashlib computes in: float32 for float16 inputs, else the input dtype."""
+    return np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
+
+
 def default_scale(d: int, dtype) -> float:
-    """The spec's default scale: 1/sqrt(d) cast to the input dtype."""
-    return float(np.asarray(1.0 / np.sqrt(d)).astype(dtype))
+    """The spec's default scale: 1/sqrt(d) in the compute dtype (float32 for float16 inputs:
+    rounding the scale itself to float16 would cost up to 2.4e-4 of relative error)."""
+    return float(np.asarray(1.0 / np.sqrt(d) if d else 1.0).astype(compute_dtype(dtype)))
 
 
 def ref_attention(q, k, v, *, causal=False, mask=None, scale=None):
@@ -102,7 +109,7 @@ def ref_attention(q, k, v, *, causal=False, mask=None, scale=None):
     s = scale * np.matmul(q, np.swapaxes(k, -1, -2))
     vis = np.broadcast_to(visible_mask(n_q, n_k, causal, mask), s.shape)
     row_has_key = vis.any(axis=-1, keepdims=True)
-    m = np.max(np.where(vis, s, -np.inf), axis=-1, keepdims=True)
+    m = np.max(np.where(vis, s, -np.inf), axis=-1, keepdims=True, initial=-np.inf)
     m = np.where(row_has_key, m, 0.0)
     e = np.where(vis, np.exp(np.where(vis, s, m) - m), 0.0)
     l = e.sum(axis=-1, keepdims=True)  # noqa: E741
@@ -110,6 +117,64 @@ def ref_attention(q, k, v, *, causal=False, mask=None, scale=None):
     o = np.matmul(e / l_safe, v)
     lse = np.where(row_has_key, m + np.log(l_safe), -np.inf)[..., 0]
     return o, lse
+
+
+def plain_attention(q, k, v, *, causal=False, mask=None, scale=None):
+    """The baseline of flash-attn's accuracy rule: standard attention in the inputs' own
+    precision, as PyTorch runs it on a GPU (flash-attn's ``attention_ref(upcast=False,
+    reorder_ops=True)``): q scaled first, every operation accumulated in float32 and its result
+    rounded to the input dtype (S, P, O), the softmax computed in float32.  For float32 inputs
+    this is plain float32 attention; for float16 it is what "float16 attention" means on a GPU.
+    Rows that see no key give 0."""
+    dtype = np.asarray(q).dtype
+    c = np.float32 if dtype in (np.float16, np.float32) else np.float64
+
+    def rnd(x):
+        return np.asarray(x, c).astype(dtype).astype(c)
+
+    n_q, d = q.shape[-2:]
+    n_k = k.shape[-2]
+    if scale is None:
+        scale = 1.0 / np.sqrt(d)
+    q_s = rnd(np.asarray(q, c) * c(scale))
+    s = rnd(q_s @ np.swapaxes(np.asarray(k, c), -1, -2))
+    vis = np.broadcast_to(visible_mask(n_q, n_k, causal, mask), s.shape)
+    has_key = vis.any(axis=-1, keepdims=True)
+    s = np.where(vis, s, -np.inf)
+    m = np.where(has_key, s.max(axis=-1, keepdims=True, initial=-np.inf), 0)
+    e = np.exp(s - m)
+    p = rnd(e / np.where(has_key, e.sum(axis=-1, keepdims=True), 1))
+    return (p @ np.asarray(v, c)).astype(dtype)
+
+
+def plain_attention_backward(q, k, v, do, *, causal=False, mask=None, scale=None):
+    """The backward of :func:`plain_attention` as autograd runs it in the inputs' precision:
+    each of P, dV, dP, dS, dQ, dK accumulated in float32 and rounded to the input dtype."""
+    dtype = np.asarray(q).dtype
+    c = np.float32 if dtype in (np.float16, np.float32) else np.float64
+
+    def rnd(x):
+        return np.asarray(x, c).astype(dtype).astype(c)
+
+    n_q, d = q.shape[-2:]
+    n_k = k.shape[-2]
+    if scale is None:
+        scale = 1.0 / np.sqrt(d)
+    q_s = rnd(np.asarray(q, c) * c(scale))
+    k_c, v_c, do_c = (np.asarray(x, c) for x in (k, v, do))
+    s = rnd(q_s @ np.swapaxes(k_c, -1, -2))
+    vis = np.broadcast_to(visible_mask(n_q, n_k, causal, mask), s.shape)
+    has_key = vis.any(axis=-1, keepdims=True)
+    s = np.where(vis, s, -np.inf)
+    m = np.where(has_key, s.max(axis=-1, keepdims=True, initial=-np.inf), 0)
+    e = np.exp(s - m)
+    p = rnd(e / np.where(has_key, e.sum(axis=-1, keepdims=True), 1))
+    dv = rnd(np.swapaxes(p, -1, -2) @ do_c)
+    dp = rnd(do_c @ np.swapaxes(v_c, -1, -2))
+    ds = rnd(p * (dp - np.sum(dp * p, axis=-1, keepdims=True)))  # softmax backward, float32
+    dq = rnd(rnd(ds @ k_c) * c(scale))
+    dk = rnd(np.swapaxes(ds, -1, -2) @ q_s)
+    return tuple(x.astype(dtype) for x in (dq, dk, dv))
 
 
 def logits(q, k, scale=None) -> np.ndarray:

@@ -1,5 +1,6 @@
-"""The benchmark command runs (tiny sizes: a test that it works, not a timing assertion), writes
-its JSON with machine details, and flashlib's numerics never import torch."""
+"""The benchmark command (flashlib.bench) runs (tiny sizes: a test that it works, not a timing
+assertion), writes its JSON with machine details, and flashlib's numerics never import torch.
+The timer it uses is flashlib.measure's (tests/test_measure.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ import sys
 import numpy as np
 import pytest
 
-from flashlib import bench
+from flashlib import bench, measure
+from flashlib.bench.__main__ import missing_dependencies
+from flashlib.constants import BLOCK_K, BLOCK_Q
+from flashlib.ladder import RUNGS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -45,7 +49,6 @@ def _cpuinfo_flags():
 
 def test_cpu_command_tiny(tmp_path):
     torch = pytest.importorskip("torch")
-    # run from the repository root, where _toc.yml is: the widgets must still not be timed
     proc, res = _run(["cpu", "--n", "48", "--heads", "2", "--d", "8", "--repeats", "2",
                       "--blocks", "16x16,8x32", "--causal"], tmp_path)
     assert "torch_sdpa" in proc.stdout and "naive_inplace" in proc.stdout
@@ -72,7 +75,7 @@ def test_cpu_command_tiny(tmp_path):
     if torch.__version__ == "2.13.0+cpu":  # the pinned CPU build runs the flash backend
         assert backend == "FLASH_ATTENTION"
     assert f"torch SDPA backend: {backend}" in proc.stdout
-    assert "widget_redraw" not in res
+    assert "torch_note" not in res
     assert all(pool["num_threads"] == 1 for pool in m["blas"] if pool["internal_api"] != "openmp")
     assert res["sgemm_peak_gflops"] > 0
     assert [(r["n"], r["causal"]) for r in res["runs"]] == [(48, False), (48, True)]
@@ -83,124 +86,41 @@ def test_cpu_command_tiny(tmp_path):
     for row in res["runs"][0]["rows"]:
         assert len(row["times_s"]) == 2 and row["median_s"] > 0
         assert {"gflops", "peak_fraction", "vs_naive_inplace", "vs_torch_sdpa"} <= set(row)
-    assert res["defaults"] == {"block_q": bench.BLOCK_Q, "block_k": bench.BLOCK_K}
+    assert res["defaults"] == {"block_q": BLOCK_Q, "block_k": BLOCK_K}
 
 
 def test_ladder_command_tiny_without_torch(tmp_path):
     proc, res = _run(["ladder", "--n", "40", "--heads", "1", "--d", "4", "--repeats", "1",
-                      "--no-torch", "--no-peak", "--no-progress", "--no-redraw"], tmp_path)
+                      "--no-torch", "--no-peak", "--no-progress"], tmp_path)
     rows = res["runs"][0]["rows"]
     assert [r["impl"] for r in rows][0] == "naive_inplace"
-    assert len(rows) == 1 + len(bench.RUNGS)
+    assert len(rows) == 1 + len(RUNGS)
     assert "torch" not in res["machine"] and res["sgemm_peak_gflops"] is None
     assert "sdpa_backend" not in res
 
 
 def test_threads_above_one_force_the_wall_clock(tmp_path):
     proc, res = _run(["ladder", "--n", "24", "--heads", "1", "--d", "4", "--repeats", "1",
-                      "--threads", "2", "--no-peak", "--no-progress", "--no-redraw"], tmp_path)
+                      "--threads", "2", "--no-peak", "--no-progress"], tmp_path)
     assert res["machine"]["clock"] == "wall" and res["machine"]["threads"] == 2
     assert "wall clock" in res["clock_note"] and "wall clock" in proc.stdout
 
 
-TINY_CHAPTER = """---
-jupytext:
-  text_representation:
-    extension: .md
-    format_name: myst
-kernelspec:
-  display_name: Python 3
-  language: python
-  name: python3
----
-
-# Tiny
-
-```{code-cell} ipython3
-:tags: [remove-cell]
-raise RuntimeError("remove-cell cells are skipped")
-```
-
-```{code-cell} ipython3
-from myst_nb import glue
-from flashlib.plots import new_figure
-from flashlib.widgets import interactive_figure
-
-glue("x", 1.0, display=False)
-
-
-def draw_line(a):
-    fig, ax = new_figure()
-    ax.plot([0, 1], [0, a])
-    return fig
-
-
-interactive_figure(draw_line, {"a": [1, 2, 3]}, alt="A line")
-```
-
-```{code-cell} ipython3
-raise RuntimeError("cells after the last widget are not run")
-```
-"""
-
-
-def test_widgets_command_times_every_toc_widget(tmp_path):
-    book = tmp_path / "book"
-    book.mkdir()
-    (book / "tiny.md").write_text(TINY_CHAPTER)
-    (book / "plain.md").write_text(TINY_CHAPTER.split("```{code-cell}")[0])
-    (tmp_path / "_toc.yml").write_text(
-        "format: jb-book\nroot: book/tiny\nchapters:\n  - file: book/plain\n")
-    assert bench.toc_chapters(str(tmp_path / "_toc.yml")) == [
-        str(tmp_path / "book" / "tiny.md"), str(tmp_path / "book" / "plain.md")]
-    proc, res = _run(["widgets", "--repeats", "2"], tmp_path, cwd=tmp_path)
-    (w,) = res["widget_redraw"]["widgets"]
-    assert w["chapter"] == os.path.join("book", "tiny.md") and w["widget"] == "draw_line"
-    assert w["frames"] == 3 and 0 < w["redraw_s"] and 0 < w["sweep_median_s"] <= w["sweep_max_s"]
-    assert "draw_line" in proc.stdout and "redraw ms" in proc.stdout
-    # without a _toc.yml (flashlib used outside the book) the widgets are skipped, not an error
-    empty = tmp_path / "elsewhere"
-    empty.mkdir()
-    proc, res = _run(["widgets"], tmp_path, cwd=empty)
-    assert "_toc.yml" in res["widget_redraw"]["skipped"] and "skipped" in proc.stdout
-    # cpu and ladder time the widgets only when asked to (--redraw)
-    proc, res = _run(["ladder", "--n", "16", "--heads", "1", "--d", "4", "--repeats", "1",
-                      "--no-peak", "--no-progress", "--redraw"], tmp_path, cwd=tmp_path)
-    assert [w["widget"] for w in res["widget_redraw"]["widgets"]] == ["draw_line"]
-
-
-def test_toc_chapters_walks_parts_and_sections(tmp_path):
-    for name in ("intro", "a", "b", "c"):
-        (tmp_path / f"{name}.md").write_text("# x\n")
-    (tmp_path / "d.ipynb").write_text("{}")
-    (tmp_path / "_toc.yml").write_text(
-        "# root: commented.md\nformat: jb-book\nroot: intro\nparts:\n"
-        "  - caption: One\n    chapters:\n      - file: a\n        sections:\n"
-        "          - file: b.md\n          - url: https://example.org\n"
-        "  - caption: Two\n    chapters:\n      - file: d\n      - file: c  # last\n"
-        "      - file: missing\n")
-    toc = str(tmp_path / "_toc.yml")
-    assert bench.toc_chapters(toc) == [
-        str(tmp_path / name) for name in ("intro.md", "a.md", "b.md", "d.ipynb", "c.md")]
-    assert bench.toc_chapters(str(tmp_path / "none.yml")) == []
-
-
-def test_defaults_match_the_sweep_cited_by_flash():
-    """The block sweep of ``bench cpu`` is the one flashlib.flash cites for its default tile,
-    and ``cpu``/``ladder`` do not execute the chapters unless asked."""
+def test_defaults_match_the_sweep_cited_by_constants():
+    """The block sweep of ``bench cpu`` is the one flashlib.constants cites for the default
+    tile."""
     import inspect
     import re
 
-    from flashlib.flash import BLOCK_K, BLOCK_Q
+    from flashlib.constants import BLOCK_K, BLOCK_Q
 
-    with open(os.path.join(ROOT, "flashlib", "flash.py"), encoding="utf-8") as f:
+    with open(os.path.join(ROOT, "flashlib", "constants.py"), encoding="utf-8") as f:
         header = next(line for line in f if re.match(r"#\s+B_r x B_c\s", line))
     cited = tuple((int(r), int(c)) for r, c in re.findall(r"(\d+)x(\d+)", header))
     assert bench.DEFAULT_BLOCKS == cited
     assert (BLOCK_Q, BLOCK_K) in bench.DEFAULT_BLOCKS
     params = inspect.signature(bench.run).parameters
     assert params["blocks"].default == bench.DEFAULT_BLOCKS
-    assert params["redraw"].default is False
     rng = np.random.default_rng(0)
     q = rng.standard_normal((1, 8, 4), dtype=np.float32)
     calls = bench.cpu_calls(q, q, q, causal=False, blocks=bench.DEFAULT_BLOCKS,
@@ -220,41 +140,15 @@ def test_numerics_do_not_import_torch():
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)
 
 
-def test_time_calls_round_robin_and_validation():
-    order = []
-    calls = {"a": lambda: order.append("a"), "b": lambda: order.append("b")}
-    times = bench.time_calls(calls, 3, warmup=False)
-    assert order == ["a", "b"] * 3
-    assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3}
-    with pytest.raises(ValueError, match="clock"):
-        bench.time_calls(calls, 1, clock="sundial")
-    with pytest.raises(ValueError, match="repeats"):
-        bench.time_calls(calls, 0)
-
-
-def test_median_times(monkeypatch):
-    now = [0.0]
-    durations = {"a": iter([5.0, 3.0, 1.0, 2.0]), "b": iter([1.0, 7.0, 7.0, 0.5])}
-
-    def call(name):
-        now[0] += next(durations[name])
-
-    monkeypatch.setitem(bench._CLOCKS, "cpu", lambda: now[0])
-    med = bench.median_times({"a": lambda: call("a"), "b": lambda: call("b")}, 3)
-    assert med == {"a": 2.0, "b": 7.0}  # the warm-up call (5.0 and 1.0) is not counted
-    with pytest.raises(ValueError, match="repeats"):
-        bench.median_times({"a": lambda: None}, 0)
-
-
 def test_tile_breakdown_scales_one_tile_by_the_tile_count(monkeypatch):
     ticks = iter(range(10**6))
-    monkeypatch.setitem(bench._CLOCKS, "cpu", lambda: float(next(ticks)))  # every call: 1 s
+    monkeypatch.setitem(measure.CLOCKS, "cpu", lambda: float(next(ticks)))  # every call: 1 s
     parts = bench.tile_breakdown(1, 100, 4, 32, 16, repeats=3)
     assert parts == {"matmuls": 28.0, "exp2 + row sum": 28.0}  # ceil(100/32) * ceil(100/16)
 
 
 def test_public_helpers_are_exported():
-    for name in ("cpu_details", "flashlib_source", "report", "median_times"):
+    for name in ("cpu_details", "flashlib_source", "report", "run", "tile_breakdown"):
         assert name in bench.__all__ and callable(getattr(bench, name))
 
 
@@ -267,6 +161,47 @@ def test_flops_and_summary():
     assert flash["vs_naive_inplace"] == pytest.approx(0.5)
     assert flash["peak_fraction"] == pytest.approx(1.0)
     assert np.isclose(flash["gflops"], 2.0)
+
+
+def test_torch_missing_is_reported_not_a_traceback(tmp_path, monkeypatch):
+    """Without torch the cpu suite times everything else and says why torch is left out (the
+    packaging test runs the command in a venv without torch)."""
+    from flashlib.bench import suites
+
+    monkeypatch.setattr(suites, "torch_available", lambda: False)
+    res = bench.run("cpu", ns=[16], heads=1, d=4, repeats=1, blocks=[(8, 8)],
+                    peak_sgemm=False, progress=False)
+    assert "torch is not installed" in res["torch_note"]
+    assert "torch_sdpa" not in {row["impl"] for row in res["runs"][0]["rows"]}
+    assert res["torch_note"] in bench.report(res)
+    assert "torch_note" not in bench.run("cpu", ns=[16], heads=1, d=4, repeats=1,
+                                         blocks=[(8, 8)], with_torch=False, peak_sgemm=False,
+                                         progress=False)
+
+
+def test_missing_bench_dependencies_are_named(monkeypatch, capsys):
+    import importlib.util
+
+    from flashlib.bench import __main__ as cli
+
+    assert missing_dependencies() == []  # the test environment has the bench extra
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "tqdm" else real(name, *a))
+    assert cli.main(["cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "tqdm" in err and 'pip install "flashlib[bench]"' in err
+
+
+@pytest.mark.parametrize("args", [["--blocks", "16xq"], ["--repeats", "0"], ["--threads", "0"]])
+def test_bad_options_are_usage_errors(args, capsys):
+    from flashlib.bench import __main__ as cli
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["ladder", "--n", "8", "--heads", "1", "--d", "2", "--no-peak",
+                  "--no-progress", *args])
+    assert exit_info.value.code == 2
+    assert "error:" in capsys.readouterr().err
 
 
 def test_set_threads_says_whether_blas_is_pinned(monkeypatch):

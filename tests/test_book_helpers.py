@@ -1,9 +1,11 @@
-"""flashlib.book (glue without myst-nb, html_table) and the MyST -> Jupyter rewriting of
-scripts/notebooks.py that makes the generated notebooks readable in plain Jupyter and Colab."""
+"""flashlib.book (glue without myst-nb, html_table rendered by tabulate) and the MyST -> Jupyter
+rewriting of scripts/notebooks.py that makes the generated notebooks readable in plain Jupyter
+and Colab."""
 
 from __future__ import annotations
 
 import builtins
+import re
 from pathlib import Path
 
 import pytest
@@ -57,13 +59,19 @@ def test_glue_rejects_bad_name():
         book.glue("", 1)
 
 
-def test_html_table_escapes_and_checks_row_length():
-    table = book.html_table(["x", "a<b"], [[1, "<i>"], [2.5, "&"]])
+def _cells(html: str, tag: str) -> list[str]:
+    return [c.strip() for c in re.findall(rf"<{tag}[^>]*>(.*?)</{tag}>", html)]
+
+
+def test_html_table_escapes_keeps_cells_and_checks_row_length():
+    table = book.html_table(["x", "a<b"], [[1, "<i>"], [2.5, "&"], ["1.50", "0012"]])
     html = table.data
-    assert html.startswith('<table class="table"><tr><th>x</th><th>a&lt;b</th></tr>')
-    assert "<tr><td>1</td><td>&lt;i&gt;</td></tr>" in html
-    assert "<td>&amp;</td>" in html and html.endswith("</table>")
-    assert book.html_table(["a"], []).data == '<table class="table"><tr><th>a</th></tr></table>'
+    assert html.startswith('<table class="table">') and html.rstrip().endswith("</table>")
+    assert _cells(html, "th") == ["x", "a&lt;b"]
+    # escaped, and shown as given: no re-formatting of numbers ("1.50" stays "1.50")
+    assert _cells(html, "td") == ["1", "&lt;i&gt;", "2.5", "&amp;", "1.50", "0012"]
+    empty = book.html_table(["a"], []).data
+    assert _cells(empty, "th") == ["a"] and _cells(empty, "td") == []
     with pytest.raises(ValueError, match=r"rows\[1\] has 1 cells, header has 2"):
         book.html_table(["a", "b"], [[1, 2], [3]])
 

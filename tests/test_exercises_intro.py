@@ -1,10 +1,10 @@
-"""Checkers of the Introduction's exercises (flashlib/exercises_intro.py)."""
+"""Checkers of the Introduction's exercises (flashlib/book/exercises/intro.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from flashlib.exercises_intro import (
+from flashlib.book.exercises.intro import (
     check_attention_flops,
     check_attention_shapes,
     check_reference_attention,

@@ -1,14 +1,17 @@
 """Every rung of the optimisation ladder is exact attention: float64 within 1e-12 of
-flashlib.naive_attention, float32/float16 within twice naive's own error (or a rounding floor),
+flashlib.naive_attention, float32/float16 within twice the error of plain attention in the same
+dtype (flash-attn's rule, tests/conftest.py's plain_attention) or a rounding floor,
 on awkward shapes, causal alignments, empty rows, and inputs that force the rescaling paths."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import plain_attention
 
 from flashlib import flash_attention, naive_attention
-from flashlib.flash import LOG2E, STALE_LIMIT
+from flashlib.constants import LOG2E
+from flashlib.flash import STALE_LIMIT
 from flashlib.ladder import RESCALE_THRESHOLD, RUNGS, naive_inplace
 from flashlib.masks import causal_mask, causal_tiles, straddles_diagonal
 
@@ -57,16 +60,15 @@ def test_float64_exact(label, fn, shape):
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("causal", [False, True, "bottom_right"])
 @pytest.mark.parametrize(("label", "fn"), FUNCS, ids=IDS)
-def test_low_precision_within_twice_naive(label, fn, causal, dtype):
+def test_low_precision_within_twice_plain(label, fn, causal, dtype):
     rng = np.random.default_rng(1)
-    q, k, v = _qkv(rng, (2,), 45, 38, 16, 16)
-    ref = naive_attention(q, k, v, causal=causal)  # float64
-    naive_err = np.max(np.abs(naive_attention(*(x.astype(dtype) for x in (q, k, v)),
-                                              causal=causal) - ref))
-    o = _call(fn, *(x.astype(dtype) for x in (q, k, v)), 16, 8, causal)
+    q, k, v = _qkv(rng, (2,), 45, 38, 16, 16, dtype=dtype)
+    ref = naive_attention(*(x.astype(np.float64) for x in (q, k, v)), causal=causal)
+    plain_err = np.max(np.abs(plain_attention(q, k, v, causal=causal) - ref))
+    o = _call(fn, q, k, v, 16, 8, causal)
     assert o.dtype == dtype
     floor = {np.float32: 1e-6, np.float16: 1e-3}[dtype]
-    assert np.max(np.abs(o - ref)) <= max(2 * naive_err, floor), label
+    assert np.max(np.abs(o - ref)) <= max(2 * plain_err, floor), label
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -84,10 +86,11 @@ def test_growing_maximum_takes_the_rescaling_paths(label, fn, dtype):
     growth = s2[..., -b_c:].max(axis=-1) - s2[..., :b_c].max(axis=-1)
     assert np.all(growth > RESCALE_THRESHOLD), growth.min()
     assert np.mean(growth > np.log2(STALE_LIMIT)) > 0.9
-    ref = naive_attention(q, k, v)
-    naive_err = np.max(np.abs(naive_attention(*(x.astype(dtype) for x in (q, k, v))) - ref))
-    o = _call(fn, *(x.astype(dtype) for x in (q, k, v)), b_r, b_c, False)
-    tol = 1e-12 if dtype == np.float64 else max(2 * naive_err, 1e-6)
+    q, k, v = (x.astype(dtype) for x in (q, k, v))
+    ref = naive_attention(*(x.astype(np.float64) for x in (q, k, v)))
+    plain_err = np.max(np.abs(plain_attention(q, k, v) - ref))
+    o = _call(fn, q, k, v, b_r, b_c, False)
+    tol = 1e-12 if dtype == np.float64 else max(2 * plain_err, 1e-6)
     assert np.max(np.abs(o - ref)) <= tol, label
 
 
@@ -109,8 +112,8 @@ def test_rungs_validate_inputs(label, fn):
 
 
 def test_check_scores_base2():
-    from flashlib.exercises_ladder import check_scores_base2
-    from flashlib.flash import LOG2E
+    from flashlib.book.exercises.ladder import check_scores_base2
+    from flashlib.constants import LOG2E
 
     good = check_scores_base2(lambda q, k, s: (q * q.dtype.type(s * LOG2E)) @ k.T)
     assert good.passed, good
@@ -126,7 +129,7 @@ def test_check_scores_base2():
 
 
 def test_check_pv_and_rowsum():
-    from flashlib.exercises_ladder import check_pv_and_rowsum
+    from flashlib.book.exercises.ladder import check_pv_and_rowsum
 
     def good(p, v):
         out = p @ np.concatenate([v, np.ones(v.shape[:-1] + (1,))], axis=-1)
@@ -140,7 +143,7 @@ def test_check_pv_and_rowsum():
 
 
 def test_check_needs_rescale():
-    from flashlib.exercises_ladder import check_needs_rescale
+    from flashlib.book.exercises.ladder import check_needs_rescale
 
     assert check_needs_rescale(lambda m, t, th: t > m + th).passed
     non_strict = check_needs_rescale(lambda m, t, th: t >= m + th)
@@ -157,7 +160,7 @@ def test_check_needs_rescale():
 
 
 def test_check_causal_tiles():
-    from flashlib.exercises_ladder import check_causal_tiles
+    from flashlib.book.exercises.ladder import check_causal_tiles
 
     assert check_causal_tiles(lambda n, bq, bk: causal_tiles(n, n, bq, bk)[:2]).passed
     everything = check_causal_tiles(lambda n, bq, bk: (-(-n // bq) * -(-n // bk), 0))

@@ -18,6 +18,8 @@ from flashlib import (
     naive_attention,
     naive_attention_backward,
 )
+from flashlib.constants import BLOCK_K, BLOCK_Q
+from flashlib.flash import workspace_bytes
 
 FLASHLIB_DIR = os.path.dirname(os.path.abspath(flashlib.__file__))
 
@@ -48,6 +50,8 @@ def _qkv(n, d, dtype=np.float32, seed=0):
 # matrix is 1 GiB; the budget is 1% of it, ~10.7 MB).  The 16-row blocks run at n = 8192,
 # causal, to keep the tile loop affordable; the budget is 1% of the n x n matrix at that n
 # (2.7 MB), still above the O(n d) copy of q a scaled-Q implementation makes (2.1 MB).
+# Blocks are honoured, so a 1024 x 1024 tile (4 MiB per head) is within the budget too; a tile
+# as large as the problem is tested below (test_block_n_is_one_n_by_n_tile).
 MEMORY_CASES = [
     (16384, 64, 64, False),
     (16384, 64, 64, True),
@@ -55,8 +59,7 @@ MEMORY_CASES = [
     (16384, 1024, 1024, False),
     (16384, 1024, 1024, True),
     (8192, 16, 64, True),
-    (16384, 16384, 16384, False),  # block = n: tiles are clamped to MAX_BLOCK
-    (16384, flashlib.flash.BLOCK_Q, flashlib.flash.BLOCK_K, True),  # the defaults
+    (16384, BLOCK_Q, BLOCK_K, True),  # the defaults
 ]
 
 
@@ -161,25 +164,42 @@ def test_no_float64_promotion(dtype):
     assert o.dtype == dtype and lse.dtype == np.float32
 
 
-@pytest.mark.parametrize("fname", ["flash_attention_v1", "flash_attention_backward"])
-def test_block_size_does_not_change_memory_order(fname):
-    """Asking for block = n must not build an n x n tile: the extra memory at block = n equals
-    the one at block = MAX_BLOCK (the clamp), and is a few tiles plus O(n d)."""
-    n = 4096
-    q, k, v = _qkv(n, 64)
-    if fname == "flash_attention_v1":
-        def run(block):
-            return flash_attention_v1(q, k, v, block_q=block, block_k=block)
-    else:
-        o, lse = flash_attention(q, k, v, return_lse=True)
-        do = np.random.default_rng(1).standard_normal(o.shape, dtype=np.float32)
+@pytest.mark.parametrize("n", [1024, 2048])
+def test_block_n_is_one_n_by_n_tile(n):
+    """Block sizes are honoured: block = n makes flash_attention's tile one n x n matrix per
+    head, and nothing else grows with the block (O(n d) workspace + the tile + O(B_r d))."""
+    heads, d = 2, 64
+    q, k, v = (np.random.default_rng(s).standard_normal((heads, n, d), dtype=np.float32)
+               for s in range(3))
+    _, extra = _traced_extra(flash_attention, q, k, v, block_q=n, block_k=n)
+    tile = heads * n * n * 4
+    rows = heads * n * (d + 1 + 2 * d + 8) * 4  # q_aug, acc, pv and a few (B_r,) vectors
+    small = 64 * 1024  # Python objects, the (B_c, 1) ones, index arrays
+    budget = workspace_bytes(n, n, d, np.float32, batch=heads) + tile + rows + small
+    assert tile <= extra <= budget, (extra - tile) / budget
 
-        def run(block):
-            return flash_attention_backward(q, k, v, o, lse, do, block_q=block, block_k=block)
 
-    _, at_max = _traced_extra(run, flashlib._validate.MAX_BLOCK)
-    _, at_n = _traced_extra(run, n)
-    assert at_n <= at_max * 1.05 + 4096
-    # a handful of (MAX_BLOCK x MAX_BLOCK) tiles and of O(n d) arrays, nothing of size n x n
-    tile = flashlib._validate.MAX_BLOCK**2 * 4
-    assert at_n < 8 * tile + 16 * n * 64 * 4 < n * n * 4
+@pytest.mark.parametrize("fname", ["flash_attention", "flash_attention_v1",
+                                   "flash_attention_backward"])
+def test_tile_memory_follows_the_block_size(fname):
+    """The tile memory is B_r x B_c per head, for every tiled function: at block = n about one
+    (at most a few) n x n matrices per head, at the default tile a small fraction of one."""
+    n, heads, d = 1024, 2, 32
+    q, k, v = (np.random.default_rng(s).standard_normal((heads, n, d), dtype=np.float32)
+               for s in range(3))
+    o, lse = flash_attention(q, k, v, return_lse=True)
+    calls = {
+        "flash_attention": lambda **b: flash_attention(q, k, v, **b),
+        "flash_attention_v1": lambda **b: flash_attention_v1(q, k, v, **b),
+        "flash_attention_backward": lambda **b: flash_attention_backward(q, k, v, o, lse, o,
+                                                                           **b),
+    }
+    _, at_n = _traced_extra(calls[fname], block_q=n, block_k=n)
+    _, at_default = _traced_extra(calls[fname])
+    nxn = heads * n * n * 4
+    o_nd = heads * n * d * 4  # one (heads, n, d) float32 array
+    # block = n: at least one n x n tile per head, at most a few (S, P, dP, dS) plus O(n d)
+    assert nxn <= at_n <= 5 * nxn + 8 * o_nd, (at_n / nxn)
+    # the default tile (BLOCK_Q x BLOCK_K): a few tiles plus O(n d), far below one n x n
+    default_tile = heads * BLOCK_Q * BLOCK_K * 4
+    assert at_default <= 5 * default_tile + 8 * o_nd < nxn / 2, (at_default / nxn)

@@ -1,18 +1,16 @@
-"""flashlib.memory: tracemalloc peaks, score-matrix bytes, the NEP 50 promotion, timing."""
+"""flashlib.memory: score-matrix bytes, measured memory of naive and flash attention, the NEP 50
+promotion.  (measure_peak itself: tests/test_measure.py.)"""
 
 from __future__ import annotations
-
-import tracemalloc
 
 import numpy as np
 import pytest
 
 from flashlib._validate import check_float_dtype
 from flashlib.flash import workspace_bytes
+from flashlib.measure import measure_peak
 from flashlib.memory import (
     flash_attention_memory,
-    measure_peak,
-    median_seconds,
     naive_attention_memory,
     random_qkv,
     scale_scores,
@@ -21,38 +19,14 @@ from flashlib.memory import (
 )
 
 
-def test_measure_peak_sees_a_numpy_allocation():
-    nbytes = 1 << 20
-    _, peak = measure_peak(np.ones, nbytes // 8)
-    assert nbytes <= peak < nbytes + 64 * 1024
-
-
-def test_measure_peak_counts_freed_temporaries():
-    def temp_then_small():
-        big = np.ones(1 << 18)  # 2 MiB, freed before returning
-        return float(big.sum())
-
-    result, peak = measure_peak(temp_then_small)
-    assert result == float(1 << 18)
-    assert peak >= 8 * (1 << 18)
-
-
-def test_measure_peak_nests_inside_running_tracemalloc():
-    tracemalloc.start()
-    try:
-        _, peak = measure_peak(np.zeros, 1 << 17)
-        assert tracemalloc.is_tracing()
-    finally:
-        tracemalloc.stop()
-    assert peak >= 8 * (1 << 17)
-
-
 def test_score_matrix_bytes():
     assert score_matrix_bytes(16384, dtype=np.float32) == 2**30
     assert score_matrix_bytes(100, 30, "float16", batch=2, heads=3) == 2 * 3 * 100 * 30 * 2
     assert score_matrix_bytes(0) == 0
-    for bad in (-1, 2.5, True):
-        with pytest.raises(ValueError, match="n_q"):
+    with pytest.raises(ValueError, match="n_q"):
+        score_matrix_bytes(-1)
+    for bad in (2.5, True, np.float64(3.0)):
+        with pytest.raises(TypeError, match="n_q"):
             score_matrix_bytes(bad)
     for bad_dtype in (np.int8, np.longdouble):
         with pytest.raises(TypeError, match="dtype must be"):
@@ -67,9 +41,10 @@ def test_random_qkv_shapes_and_seed():
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 def test_naive_attention_memory_is_one_score_matrix(dtype):
+    """One (n, n) score matrix in the compute dtype: float16 inputs are computed in float32."""
     n = 256
     measured = naive_attention_memory(n, 16, dtype)
-    predicted = score_matrix_bytes(n, n, dtype)
+    predicted = score_matrix_bytes(n, n, np.float32 if dtype == np.float16 else dtype)
     assert predicted <= measured <= 1.2 * predicted
 
 
@@ -95,24 +70,11 @@ def test_promotion_doubles_memory():
     assert 1.9 <= promoted / kept <= 2.3  # plus numpy's casting buffer
 
 
-def test_median_seconds():
-    calls = []
-
-    def counted(x):
-        calls.append(x)
-        return sum(x)
-
-    t = median_seconds(counted, range(1000), repeat=3)
-    assert len(calls) == 4  # one warm-up, then `repeat` timed calls
-    assert t >= 0
-    with pytest.raises(ValueError, match="repeat"):
-        median_seconds(sum, [], repeat=0)
-
-
 @pytest.mark.parametrize(("args", "error", "match"), [
     ((0, 4), ValueError, "n must be"),
     ((4, -1), ValueError, "d must be"),
-    ((4, 2.0), ValueError, "d must be"),
+    ((4, 2.0), TypeError, "d must be"),
+    ((True, 4), TypeError, "n must be"),
     ((4, 4, np.int32), TypeError, "dtype must be"),
     ((4, 4, "nonsense"), TypeError, "dtype must be"),
     ((4, 4, np.int8), TypeError, "dtype must be"),
@@ -157,6 +119,12 @@ def test_workspace_bytes_counts_k_aug_lse_and_the_float16_v_copy():
         workspace_bytes(4, 4, 4, np.int8)
     with pytest.raises(ValueError, match="n_k"):
         workspace_bytes(4, -1, 4, np.float32)
+    with pytest.raises(ValueError, match="d_v"):  # regression: it returned 32
+        workspace_bytes(1, 1, 1, np.float32, d_v=-5)
+    with pytest.raises(TypeError, match="d_v"):
+        workspace_bytes(1, 1, 1, np.float16, d_v=2.0)
+    with pytest.raises(TypeError, match="batch"):
+        workspace_bytes(1, 1, 1, np.float32, batch=True)
 
 
 def test_flash_attention_memory_grows_linearly():

@@ -33,8 +33,12 @@ def generated(source: Path):
 # the Colab set-up cell -------------------------------------------------------------------------
 
 def pyproject_version() -> str:
+    """The version pip installs: pyproject.toml's (static or ``flashlib.__version__``)."""
+    import flashlib
+
     with open(ROOT / "pyproject.toml", "rb") as f:
-        return tomllib.load(f)["project"]["version"]
+        project = tomllib.load(f)
+    return project["project"].get("version", flashlib.__version__)
 
 
 def test_setup_cell_installs_the_books_release_without_upgrading_colab():
@@ -102,9 +106,12 @@ def test_setup_cell_elsewhere_installs_nothing(monkeypatch):
 
 
 def test_one_version_everywhere():
+    import importlib.metadata
+
     import flashlib
 
-    assert flashlib.__version__ == pyproject_version()
+    assert flashlib.__version__ == pyproject_version() == notebooks.version()
+    assert importlib.metadata.version("flashlib") == flashlib.__version__  # as installed
 
 
 def test_readme_says_releases_are_tagged():

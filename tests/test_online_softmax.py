@@ -320,8 +320,11 @@ def test_partial_blocks_are_consecutive_partial_attentions(block):
 
 def test_partial_blocks_refuses_bad_input():
     s, v = np.zeros((2, 6)), np.zeros((6, 3))
-    for bad in (0, -2, 2.0, True):
+    for bad in (0, -2):
         with pytest.raises(ValueError, match="block must be"):
+            partial_blocks(s, v, bad)
+    for bad in (2.0, True, "2", None):
+        with pytest.raises(TypeError, match="block must be"):
             partial_blocks(s, v, bad)
     with pytest.raises(ValueError, match="disagree"):
         partial_blocks(s, np.zeros((5, 3)), 2)

@@ -300,10 +300,12 @@ def test_backward_non_finite_o_do_lse():
             flash_attention_backward(q, k, v, o, bad_lse, do)
 
 
-def test_scale_that_overflows_the_dtype():
+def test_scale_that_overflows_the_compute_dtype():
+    """float16 inputs are computed in float32: 1e6 is a fine scale, 1e39 is not."""
     q = np.ones((3, 4), dtype=np.float16)
+    np.testing.assert_array_equal(flash_attention(q, q, q, scale=1e6), np.ones((3, 4)))
     with pytest.raises(ValueError, match="scale"):
-        flash_attention(q, q, q, scale=1e6)
+        flash_attention(q, q, q, scale=1e39)
 
 
 def test_numpy_bool_causal_accepted():

@@ -1,20 +1,17 @@
-"""Helpers for the book's chapters as notebooks (no numerics here).
+"""Numbers from a chapter's code cells in its text: ``glue`` works with and without myst-nb.
 
 glue        myst-nb's ``glue`` when myst-nb is installed (the book build); elsewhere (Colab, a
             plain Jupyter) it only records the value, so the chapters run without myst-nb
 glued       the values recorded by :func:`glue` in this kernel, by name
 print_glued prints ``name = value`` for glued values as the text formats them: the generated
             notebooks call it before each text cell that cites them (scripts/notebooks.py)
-html_table  a small HTML table (header + rows) for a cell's output
 """
 
 from __future__ import annotations
 
-import html
-from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["glue", "glued", "print_glued", "html_table"]
+__all__ = ["glue", "glued", "print_glued"]
 
 _GLUED: dict[str, Any] = {}
 
@@ -65,26 +62,3 @@ def print_glued(*references: str) -> None:
             except (TypeError, ValueError):
                 text = str(value)
         print(f"{name} = {text}")
-
-
-def _html_table_markup(header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> str:
-    width = len(header)
-    body = []
-    for i, row in enumerate(rows):
-        row = list(row)
-        if len(row) != width:
-            raise ValueError(f"rows[{i}] has {len(row)} cells, header has {width}")
-        body.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>")
-    head = "<tr>" + "".join(f"<th>{html.escape(str(h))}</th>" for h in header) + "</tr>"
-    return '<table class="table">' + head + "".join(body) + "</table>"
-
-
-def html_table(header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> Any:
-    """An ``IPython.display.HTML`` table: ``header`` (n_cols,) and ``rows`` of n_cols cells each.
-
-    Cells are converted with ``str`` and HTML-escaped; a row of the wrong length is a
-    ValueError.  As a cell's last expression it is shown as a table (site, Jupyter, Colab).
-    """
-    from IPython.display import HTML
-
-    return HTML(_html_table_markup(header, rows))

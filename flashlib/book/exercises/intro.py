@@ -1,7 +1,7 @@
 """Checkers for the Introduction's exercises (book/intro.md).
 
 Each checker runs the learner's function on several cases, never raises because of the
-learner's code, and returns a :class:`flashlib.exercises.Feedback` naming what went wrong.
+learner's code, and returns a :class:`flashlib.book.exercises.Feedback` naming what went wrong.
 
 check_attention_flops      ``flops(n_q, n_k, d, d_v)`` of the two matrix products of attention
 check_attention_shapes     ``shapes(q_shape, k_shape, v_shape)`` of S, P, O and lse
@@ -15,28 +15,21 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.exercises import Feedback, NotAttempted, call_learner
+from flashlib.book.exercises import Feedback, call_learner, checker
 from flashlib.naive import naive_attention
 from flashlib.stable_softmax import softmax
 
 __all__ = ["check_attention_flops", "check_attention_shapes", "check_reference_attention"]
 
-_NOT_ATTEMPTED = (
-    "not attempted yet: replace `raise NotImplementedError` with your code and run the cell again."
-)
 
-
-def check_attention_flops(fn: Callable[[int, int, int, int], int]) -> Feedback:
+@checker("FLOPs of attention")
+def check_attention_flops(fb: Feedback, fn: Callable[[int, int, int, int], int]) -> None:
     """Check ``flops(n_q, n_k, d, d_v)``: FLOPs of ``S = q k^T`` and ``O = P v`` (2 per FMA)."""
-    fb = Feedback("FLOPs of attention")
     cases = [(1, 1, 1, 1), (4, 4, 2, 2), (1024, 1024, 64, 64), (100, 300, 64, 32), (7, 5, 3, 11)]
-    try:
-        for n_q, n_k, d, d_v in cases:
-            label = f"n_q={n_q}, n_k={n_k}, d={d}, d_v={d_v}"
-            got, _, err = call_learner(fn, n_q, n_k, d, d_v)
-            if err:
-                fb.fail(f"{label}: your function raised {err}")
-                continue
+    for n_q, n_k, d, d_v in cases:
+        label = f"n_q={n_q}, n_k={n_k}, d={d}, d_v={d_v}"
+        with fb.case(label):
+            got, _ = call_learner(fn, n_q, n_k, d, d_v)
             qk, pv = 2 * n_q * n_k * d, 2 * n_q * n_k * d_v
             want = qk + pv
             if not isinstance(got, int | float | np.integer | np.floating) or got != got:
@@ -54,9 +47,6 @@ def check_attention_flops(fn: Callable[[int, int, int, int], int]) -> Feedback:
                 fb.fail(f"{label}: {got:,} assumes n_k = n_q; S is (n_q, n_k)")
             else:
                 fb.fail(f"{label}: got {got:,}, expected {want:,} = 2 n_q n_k d + 2 n_q n_k d_v")
-    except NotAttempted:
-        fb.fail(_NOT_ATTEMPTED)
-    return fb
 
 
 def _shape(x: Any) -> tuple[int, ...] | None:
@@ -66,19 +56,16 @@ def _shape(x: Any) -> tuple[int, ...] | None:
         return None
 
 
-def check_attention_shapes(fn: Callable[..., dict[str, tuple[int, ...]]]) -> Feedback:
+@checker("shapes of S, P, O and lse")
+def check_attention_shapes(fb: Feedback, fn: Callable[..., dict[str, tuple[int, ...]]]) -> None:
     """Check ``shapes(q_shape, k_shape, v_shape)`` -> ``{"S", "P", "O", "lse"}`` shapes."""
-    fb = Feedback("shapes of S, P, O and lse")
     cases = [((2, 8, 1000, 64), (2, 8, 1000, 64), (2, 8, 1000, 64)),
              ((5, 16), (7, 16), (7, 3)),
              ((4, 1, 6, 8), (4, 1, 9, 8), (4, 1, 9, 2))]
-    try:
-        for q, k, v in cases:
-            label = f"q {q}, k {k}, v {v}"
-            got, _, err = call_learner(fn, q, k, v)
-            if err:
-                fb.fail(f"{label}: your function raised {err}")
-                continue
+    for q, k, v in cases:
+        label = f"q {q}, k {k}, v {v}"
+        with fb.case(label):
+            got, _ = call_learner(fn, q, k, v)
             if not isinstance(got, dict):
                 fb.fail(f"{label}: expected a dict with keys 'S', 'P', 'O', 'lse', got {got!r}")
                 continue
@@ -106,31 +93,27 @@ def check_attention_shapes(fn: Callable[..., dict[str, tuple[int, ...]]]) -> Fee
                 fb.fail(f"{label}: " + "; ".join(wrong))
             else:
                 fb.ok(f"{label}: S, P {want['S']}, O {want['O']}, lse {want['lse']}")
-    except NotAttempted:
-        fb.fail(_NOT_ATTEMPTED)
-    return fb
 
 
-def check_reference_attention(fn: Callable[[np.ndarray, np.ndarray, np.ndarray], Any]) -> Feedback:
+@checker("reference attention")
+def check_reference_attention(
+    fb: Feedback, fn: Callable[[np.ndarray, np.ndarray, np.ndarray], Any]
+) -> None:
     """Check ``attention(q, k, v)`` = ``softmax(q k^T / sqrt(d)) v`` against flashlib."""
-    fb = Feedback("reference attention")
     rng = np.random.default_rng(0)
-    try:
-        for dtype, shape_q, n_k, d_v, spread in [
-            (np.float64, (2, 5, 4), 7, 3, 1.0),
-            (np.float64, (3, 6), 6, 6, 1.0),
-            (np.float32, (2, 8, 16), 8, 16, 1.0),
-            (np.float32, (4, 8), 4, 2, 100.0),  # large scores: exp overflows without the max
-        ]:
-            q = (spread * rng.standard_normal(shape_q)).astype(dtype)
-            k = rng.standard_normal((*shape_q[:-2], n_k, shape_q[-1])).astype(dtype)
-            v = rng.standard_normal((*shape_q[:-2], n_k, d_v)).astype(dtype)
-            label = f"q {q.shape} {np.dtype(dtype)}, k {k.shape}, v {v.shape}" + (
-                f", scores up to ~{spread:g}" if spread > 1 else "")
-            got, caught, err = call_learner(fn, q, k, v)
-            if err:
-                fb.fail(f"{label}: your function raised {err}")
-                continue
+    for dtype, shape_q, n_k, d_v, spread in [
+        (np.float64, (2, 5, 4), 7, 3, 1.0),
+        (np.float64, (3, 6), 6, 6, 1.0),
+        (np.float32, (2, 8, 16), 8, 16, 1.0),
+        (np.float32, (4, 8), 4, 2, 100.0),  # large scores: exp overflows without the max
+    ]:
+        q = (spread * rng.standard_normal(shape_q)).astype(dtype)
+        k = rng.standard_normal((*shape_q[:-2], n_k, shape_q[-1])).astype(dtype)
+        v = rng.standard_normal((*shape_q[:-2], n_k, d_v)).astype(dtype)
+        label = f"q {q.shape} {np.dtype(dtype)}, k {k.shape}, v {v.shape}" + (
+            f", scores up to ~{spread:g}" if spread > 1 else "")
+        with fb.case(label):
+            got, caught = call_learner(fn, q, k, v)
             got = np.asarray(got)
             want = naive_attention(q, k, v)
             tol = 1e-5 if dtype == np.float32 else 1e-10
@@ -161,6 +144,3 @@ def check_reference_attention(fn: Callable[[np.ndarray, np.ndarray, np.ndarray],
                 else:
                     err_max = float(np.max(np.abs(got.astype(np.float64) - want)))
                     fb.fail(f"{label}: max |difference| {err_max:.3g} from naive_attention")
-    except NotAttempted:
-        fb.fail(_NOT_ATTEMPTED)
-    return fb

@@ -1,8 +1,8 @@
 """Checkers for the exercises of the optimisation-ladder chapter.
 
-Each checker runs the learner's function on several cases, awkward ones included, and returns a
-:class:`flashlib.exercises.Feedback` that names the failing case and what to try.  Exceptions and
-numpy warnings from the learner's code are reported, never raised.
+Each checker runs the learner's function on several cases, awkward ones included, and returns
+a :class:`flashlib.book.exercises.Feedback` that names the failing case and what to try.
+Exceptions and numpy warnings from the learner's code are reported, never raised.
 
 check_scores_base2      fold scale and log2(e) into Q: exp2 of the result is exp(scale q k^T)
 check_pv_and_rowsum     one matmul with [V | 1] gives P V and the row sums of P
@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.exercises import Feedback, NotAttempted, _not_attempted, call_learner
-from flashlib.flash import LOG2E
+from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker
+from flashlib.constants import LOG2E
 from flashlib.ladder import RESCALE_THRESHOLD
 from flashlib.masks import causal_tiles
 
@@ -30,42 +30,28 @@ __all__ = [
 ]
 
 
-def _call(fn: Callable[..., Any], *args: Any) -> tuple[Any, str | None]:
-    """(result, problem): problem names an exception or a numpy warning, else None."""
-    result, warns, error = call_learner(fn, *args)
-    if error:
-        return None, f"raised {error}"
+def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    """The learner's result; a numpy warning is a LearnerError here, as an exception is."""
+    result, warns = call_learner(fn, *args)
     if warns:
-        return result, f"numpy warned '{warns[0]}'"
-    return result, None
+        raise LearnerError(f"numpy warned '{warns[0]}'")
+    return result
 
 
-def _attempted(fb: Feedback, check: Callable[[], None]) -> Feedback:
-    """Run ``check``; an exercise not attempted yet gets the shared "not attempted" feedback."""
-    try:
-        check()
-    except NotAttempted:
-        return _not_attempted(fb)
-    return fb
-
-
-def check_scores_base2(fn: Callable[[np.ndarray, np.ndarray, float], np.ndarray]) -> Feedback:
+@checker("scores in base 2")
+def check_scores_base2(
+    fb: Feedback, fn: Callable[[np.ndarray, np.ndarray, float], np.ndarray]
+) -> None:
     """``fn(q, k, scale)`` -> ``t`` with ``exp2(t) == exp(scale * q @ k.T)``, q's dtype kept."""
-    fb = Feedback("scores in base 2")
-
-    def check() -> None:
-        rng = np.random.default_rng(0)
-        for dtype, tol in ((np.float64, 1e-12), (np.float32, 1e-5)):
-            for n_q, n_k, d in ((5, 7, 4), (1, 3, 8)):
-                q = rng.standard_normal((n_q, d)).astype(dtype)
-                k = rng.standard_normal((n_k, d)).astype(dtype)
-                scale = 1 / np.sqrt(d)
-                name = f"{np.dtype(dtype).name} q {q.shape}, k {k.shape}"
-                got, problem = _call(fn, q, k, scale)
-                if problem:
-                    fb.fail(f"{name}: your function {problem}")
-                    continue
-                got = np.asarray(got)
+    rng = np.random.default_rng(0)
+    for dtype, tol in ((np.float64, 1e-12), (np.float32, 1e-5)):
+        for n_q, n_k, d in ((5, 7, 4), (1, 3, 8)):
+            q = rng.standard_normal((n_q, d)).astype(dtype)
+            k = rng.standard_normal((n_k, d)).astype(dtype)
+            scale = 1 / np.sqrt(d)
+            name = f"{np.dtype(dtype).name} q {q.shape}, k {k.shape}"
+            with fb.case(name):
+                got = np.asarray(_call(fn, q, k, scale))
                 want = scale * (q.astype(np.float64) @ k.T.astype(np.float64)) * LOG2E
                 if got.shape != want.shape:
                     fb.fail(f"{name}: shape {got.shape}, expected (n_q, n_k) = {want.shape}")
@@ -84,29 +70,23 @@ def check_scores_base2(fn: Callable[[np.ndarray, np.ndarray, float], np.ndarray]
                 else:
                     fb.ok(f"{name}: exp2 of your scores equals exp(scale q k^T)")
 
-    return _attempted(fb, check)
 
-
+@checker("row sum in the matmul")
 def check_pv_and_rowsum(
-    fn: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
-) -> Feedback:
+    fb: Feedback, fn: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
+) -> None:
     """``fn(p, v)`` -> ``(p @ v, p.sum(-1))`` from one matmul of p with [V | 1]."""
-    fb = Feedback("row sum in the matmul")
-
-    def check() -> None:
-        rng = np.random.default_rng(1)
-        cases = [("p (4, 6), v (6, 3)", rng.random((4, 6)), rng.standard_normal((6, 3))),
-                 ("p (1, 1), v (1, 5)", rng.random((1, 1)), rng.standard_normal((1, 5))),
-                 ("batched p (2, 3, 4), v (2, 4, 2)", rng.random((2, 3, 4)),
-                  rng.standard_normal((2, 4, 2))),
-                 ("a row of zeros (a row that saw no key)",
-                  np.vstack([rng.random((1, 5)), np.zeros((1, 5))]),
-                  rng.standard_normal((5, 2)))]
-        for name, p, v in cases:
-            got, problem = _call(fn, p.copy(), v.copy())
-            if problem:
-                fb.fail(f"{name}: your function {problem}")
-                continue
+    rng = np.random.default_rng(1)
+    cases = [("p (4, 6), v (6, 3)", rng.random((4, 6)), rng.standard_normal((6, 3))),
+             ("p (1, 1), v (1, 5)", rng.random((1, 1)), rng.standard_normal((1, 5))),
+             ("batched p (2, 3, 4), v (2, 4, 2)", rng.random((2, 3, 4)),
+              rng.standard_normal((2, 4, 2))),
+             ("a row of zeros (a row that saw no key)",
+              np.vstack([rng.random((1, 5)), np.zeros((1, 5))]),
+              rng.standard_normal((5, 2)))]
+    for name, p, v in cases:
+        with fb.case(name):
+            got = _call(fn, p.copy(), v.copy())
             try:
                 pv, rowsum = got
             except (TypeError, ValueError):
@@ -129,14 +109,14 @@ def check_pv_and_rowsum(
             else:
                 fb.ok(f"{name}: pv and rowsum correct")
 
-    return _attempted(fb, check)
 
-
-def check_needs_rescale(fn: Callable[[np.ndarray, np.ndarray, float], np.ndarray]) -> Feedback:
+@checker("when to rescale")
+def check_needs_rescale(
+    fb: Feedback, fn: Callable[[np.ndarray, np.ndarray, float], np.ndarray]
+) -> None:
     """``fn(m_old, m_tile, threshold)`` -> boolean array: which rows must rescale (their tile
     maximum exceeds the stale maximum by more than ``threshold``; a row with no max yet,
     ``m_old = -inf``, must rescale as soon as it sees a finite score)."""
-    fb = Feedback("when to rescale")
     inf = np.inf
     t = RESCALE_THRESHOLD
     cases = [
@@ -152,14 +132,9 @@ def check_needs_rescale(fn: Callable[[np.ndarray, np.ndarray, float], np.ndarray
          "nothing to rescale in a row that has seen no key; -inf > -inf is False"),
         ("the max went down", [10.0], [-3.0], [False], "a lower tile max never rescales"),
     ]
-
-    def check() -> None:
-        for name, m_old, m_tile, want, hint in cases:
-            got, problem = _call(fn, np.array(m_old), np.array(m_tile), t)
-            if problem:
-                fb.fail(f"{name}: your function {problem}")
-                continue
-            got = np.asarray(got)
+    for name, m_old, m_tile, want, hint in cases:
+        with fb.case(name):
+            got = np.asarray(_call(fn, np.array(m_old), np.array(m_tile), t))
             if got.shape != (len(want),) or got.dtype != np.bool_:
                 fb.fail(f"{name}: return one boolean per row (shape ({len(want)},)), got "
                         f"{got.dtype} of shape {got.shape}")
@@ -169,24 +144,18 @@ def check_needs_rescale(fn: Callable[[np.ndarray, np.ndarray, float], np.ndarray
             else:
                 fb.ok(f"{name}: correct")
 
-    return _attempted(fb, check)
 
-
-def check_causal_tiles(fn: Callable[[int, int, int], tuple[int, int]]) -> Feedback:
+@checker("causal tiles")
+def check_causal_tiles(fb: Feedback, fn: Callable[[int, int, int], tuple[int, int]]) -> None:
     """``fn(n, block_q, block_k)`` -> (computed, masked) tile counts of an n x n top-left
     causal score matrix, as :func:`flashlib.masks.causal_tiles` (which also returns the
     total)."""
-    fb = Feedback("causal tiles")
     cases = [(4096, 128, 128), (1000, 128, 128), (256, 64, 128), (256, 128, 64), (10, 3, 4),
              (5, 8, 8)]
-
-    def check() -> None:
-        for n, b_r, b_c in cases:
-            name = f"n = {n}, block_q = {b_r}, block_k = {b_c}"
-            got, problem = _call(fn, n, b_r, b_c)
-            if problem:
-                fb.fail(f"{name}: your function {problem}")
-                continue
+    for n, b_r, b_c in cases:
+        name = f"n = {n}, block_q = {b_r}, block_k = {b_c}"
+        with fb.case(name):
+            got = _call(fn, n, b_r, b_c)
             *want, total = causal_tiles(n, n, b_r, b_c)
             try:
                 computed, masked = (int(x) for x in got)
@@ -205,5 +174,3 @@ def check_causal_tiles(fn: Callable[[int, int, int], tuple[int, int]]) -> Feedba
                         "needs a mask when its top-right entry (i0, j1 - 1) is hidden")
             else:
                 fb.ok(f"{name}: {computed} tiles computed of {total}, {masked} masked")
-
-    return _attempted(fb, check)

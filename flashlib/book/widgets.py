@@ -2,7 +2,7 @@
 
 One mechanism for every chapter::
 
-    from flashlib.widgets import interactive_figure
+    from flashlib.book.widgets import interactive_figure
     interactive_figure(draw, sliders={"n": [256, 512, 1024], "dtype": ["float16", "float32"]},
                        defaults={"n": 512}, alt="Alt text describing the figure")
 
@@ -17,13 +17,13 @@ The returned :class:`InteractiveFigure`, as a cell's last expression, shows
   that switch frames when an ``<input type="range">`` moves. No kernel, no request.
 
 Fast live redraws: a ``draw`` may build a new figure on every call, but a slider move then pays
-for creating the axes, their ticks and a constrained layout (measure it on your machine with
-``python -m flashlib.bench widgets``). Instead build the figure once, outside ``draw``, with
-fixed axes limits and ticks, and let ``draw`` only update its artists (``bar.set_height``,
-``line.set_data``, ``text.set_text``, ``ax.set_title``) and return that same figure. When
-``draw`` returns the figure it returned before, the figure's first layout is kept
-(:func:`flashlib.plots.freeze_layout`): each redraw is then one draw pass on a reused renderer.
-Measure with :func:`redraw_time`.
+for creating the axes, their ticks and a constrained layout (``python scripts/widget_redraw.py``
+times every widget of the book on your machine). Instead build the figure once, outside
+``draw``, with fixed axes limits and ticks, and let ``draw`` only update its artists
+(``bar.set_height``, ``line.set_data``, ``text.set_text``, ``ax.set_title``) and return that
+same figure. When ``draw`` returns the figure it returned before, the figure's first layout is
+kept (:func:`flashlib.book.plots.freeze_layout`): each redraw is then one draw pass on a reused
+renderer. Measure with :func:`redraw_time`.
 """
 
 from __future__ import annotations
@@ -35,12 +35,17 @@ import itertools
 import json
 import math
 import os
-import statistics
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from flashlib.plots import check_alt, check_figure, figure_png, freeze_layout, layout_frozen
+from flashlib.book.plots import (
+    check_alt,
+    check_figure,
+    figure_png,
+    freeze_layout,
+    layout_frozen,
+)
+from flashlib.measure import median_times
 
 #: Environment variable that selects the static (website) rendering.
 STATIC_ENV = "FLASHLIB_STATIC_WIDGETS"
@@ -254,20 +259,16 @@ def redraw_time(
 ) -> float:
     """Median seconds to redraw (draw + PNG) at the largest settings (last value of each slider).
 
-    What a live slider move costs in the kernel, excluding the round trip to the browser: each
-    timed redraw at the largest settings follows an untimed one at the first values, so the
+    What a live slider move costs in the kernel (wall clock), excluding the round trip to the
+    browser: each timed redraw at the largest settings follows one at the first values, so the
     figure really changes (as when a slider moves) rather than repeating the same frame.
     """
     grid, _ = _check(draw, sliders, None, "benchmark")
     figure = InteractiveFigure(draw, grid, {}, "benchmark")
     largest = {name: values[-1] for name, values in grid.items()}
     first = {name: values[0] for name, values in grid.items()}
-    figure.render(largest)  # warm-up: imports, font cache, the first layout
-    times = []
-    for _ in range(repeat):
-        if first != largest:
-            figure.render(first)
-        t0 = time.perf_counter()
-        figure.render(largest)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    # Round-robin: every timed redraw at the largest settings follows one at the first values;
+    # the warm-up call of each pays for imports, the font cache and the first layout.
+    med = median_times({"first": lambda: figure.render(first),
+                        "largest": lambda: figure.render(largest)}, repeat, clock="wall")
+    return med["largest"]

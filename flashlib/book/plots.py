@@ -2,7 +2,7 @@
 
 Nothing numeric lives here: chapters compute with flashlib's numeric modules, then draw.
 
-    from flashlib.plots import new_figure, show, use_book_style
+    from flashlib.book.plots import new_figure, show, use_book_style
     use_book_style()
     fig, ax = new_figure()
     ax.plot(x, y)

@@ -1,0 +1,96 @@
+"""``python -m flashlib.bench``: the command line of the CPU benchmark (see flashlib.bench)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+#: What the benchmark needs beyond numpy: the ``bench`` extra.
+REQUIRED = ("threadpoolctl", "tqdm", "tabulate")
+
+
+def missing_dependencies() -> list[str]:
+    """The packages of the ``bench`` extra that are not installed."""
+    return [name for name in REQUIRED if importlib.util.find_spec(name) is None]
+
+
+def _parse_blocks(text: str) -> list[tuple[int, int]]:
+    """``"64x64,128x64"`` -> [(64, 64), (128, 64)]; ``"32"`` is 32 x 32."""
+    blocks = []
+    for item in text.split(","):
+        if item.strip():
+            b_r, _, b_c = item.strip().partition("x")
+            try:
+                blocks.append((int(b_r), int(b_c or b_r)))
+            except ValueError:
+                raise argparse.ArgumentTypeError(
+                    f"expected tile sizes like 128x64,64x64, got {text!r}") from None
+    return blocks
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from flashlib import bench
+
+    missing = missing_dependencies()
+    if missing:
+        print(f"python -m flashlib.bench needs {', '.join(missing)}, which "
+              f"{'is' if len(missing) == 1 else 'are'} not installed: "
+              'pip install "flashlib[bench]"', file=sys.stderr)
+        return 2
+    from flashlib.bench.report import report
+    from flashlib.bench.suites import DEFAULT_BLOCKS, DEFAULT_NS, SUITES, run
+    from flashlib.measure import CLOCKS
+
+    parser = argparse.ArgumentParser(prog="python -m flashlib.bench", description=bench.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("suite", choices=SUITES, nargs="?", default="cpu")
+    parser.add_argument("--n", type=int, nargs="+", default=list(DEFAULT_NS),
+                        help="sequence lengths n = n_q = n_k (default: %(default)s)")
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--d", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls per implementation")
+    parser.add_argument("--causal", action="store_true",
+                        help="also time causal attention (and report causal / non-causal)")
+    parser.add_argument("--causal-only", action="store_true", help="time causal attention only")
+    parser.add_argument("--blocks", type=_parse_blocks,
+                        default=",".join(f"{r}x{c}" for r, c in DEFAULT_BLOCKS),
+                        help="flash_attention tile sizes B_rxB_c, comma-separated (the default "
+                        "tile is the row 'flash'; default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="BLAS and torch threads; above 1 forces --clock wall")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
+    parser.add_argument("--no-torch", action="store_true", help="skip the torch baselines")
+    parser.add_argument("--no-peak", action="store_true",
+                        help="skip measuring the sgemm peak (and the fractions of it)")
+    parser.add_argument("--out", default=None,
+                        help="JSON file (default: bench-results/<suite>.json)")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+
+    modes = [True] if args.causal_only else ([False, True] if args.causal else [False])
+    try:
+        results = run(
+            args.suite, ns=args.n, heads=args.heads, d=args.d, repeats=args.repeats,
+            causal_modes=modes, blocks=args.blocks, threads=args.threads, clock=args.clock,
+            with_torch=not args.no_torch, peak_sgemm=not args.no_peak,
+            progress=not args.no_progress,
+        )
+    except (TypeError, ValueError) as err:  # a bad option value: say which, no traceback
+        parser.error(str(err))
+    results["command"] = "python -m flashlib.bench " + " ".join(
+        sys.argv[1:] if argv is None else argv)
+    print(report(results))
+    out = args.out or os.path.join("bench-results", f"{args.suite}.json")
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=1)
+    print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

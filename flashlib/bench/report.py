@@ -1,0 +1,70 @@
+"""The benchmark's printable report: the machine, then one table per run (``tabulate``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from flashlib.bench.machine import SGEMM_SIZES
+
+__all__ = ["report", "format_rows"]
+
+_COLUMNS = ("implementation", "median s", "GFLOP/s", "% peak", "/naive_inpl", "/sdpa")
+
+
+def format_rows(rows: list[dict[str, Any]]) -> str:
+    """One run's rows (:func:`flashlib.bench.suites.summarise`) as a text table: median time,
+    GFLOP/s, percent of the sgemm peak and the ratios to naive_inplace and torch_sdpa (blank
+    where not measured)."""
+    from tabulate import tabulate
+
+    table = []
+    for r in rows:
+        table.append([
+            r["impl"], f"{r['median_s']:.4f}", f"{r['gflops']:.1f}",
+            f"{100 * r['peak_fraction']:.1f}%" if "peak_fraction" in r else "",
+            f"{r['vs_naive_inplace']:.2f}" if "vs_naive_inplace" in r else "",
+            f"{r['vs_torch_sdpa']:.2f}" if "vs_torch_sdpa" in r else "",
+        ])
+    return tabulate(table, headers=_COLUMNS, tablefmt="simple", disable_numparse=True,
+                    colalign=("left",) + ("right",) * (len(_COLUMNS) - 1))
+
+
+def report(results: Mapping[str, Any]) -> str:
+    """The printable tables of a :func:`flashlib.bench.suites.run` result."""
+    m = results["machine"]
+    blas = ", ".join(f"{b['internal_api']} {b['version']} ({b['architecture']})"
+                     for b in m["blas"])
+    cpu = m["cpu_model"]
+    if m.get("family") is not None:
+        cpu += f" (family {m['family']}, model {m.get('model')})"
+    flags = m.get("flags") or {}
+    if flags:
+        cpu += "; " + " ".join(name for name, present in flags.items() if present)
+    out = [f"{cpu}; {m['threads']} thread(s); BLAS {blas}; clock {m['clock']}"]
+    src = m.get("flashlib", {})
+    if src:
+        commit = src.get("git_commit", "no git commit")
+        out.append(f"flashlib {src.get('version')} ({commit[:12]}"
+                   f"{', uncommitted changes' if src.get('git_dirty') else ''})")
+    for note in ("clock_note", "torch_note"):
+        if results.get(note):
+            out.append(results[note])
+    if results.get("sdpa_backend"):
+        out.append(f"torch SDPA backend: {results['sdpa_backend']}")
+    if results.get("sgemm_peak_gflops"):
+        sizes = results.get("sgemm_sizes", SGEMM_SIZES)
+        out.append(f"single-thread sgemm peak (best of n = {min(sizes)} ... {max(sizes)}): "
+                   f"{results['sgemm_peak_gflops']:.1f} GFLOP/s")
+    by_key = {(r["n"], r["causal"]): r for r in results.get("runs", [])}
+    for r in results.get("runs", []):
+        out.append(f"\nn = {r['n']}, heads = {r['heads']}, d = {r['d']}, "
+                   f"{'causal' if r['causal'] else 'non-causal'}, medians of {r['repeats']}")
+        out.append(format_rows(r["rows"]))
+        other = by_key.get((r["n"], False))
+        if r["causal"] and other is not None:
+            full = {row["impl"]: row["median_s"] for row in other["rows"]}
+            ratios = ", ".join(f"{row['impl']} {row['median_s'] / full[row['impl']]:.2f}"
+                               for row in r["rows"] if row["impl"] in full)
+            out.append(f"causal / non-causal time: {ratios}")
+    return "\n".join(out)

@@ -1,0 +1,36 @@
+"""Tables in a chapter's output, rendered by ``tabulate``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+__all__ = ["html_table"]
+
+
+def html_table_markup(header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> str:
+    """The HTML of :func:`html_table`: ``<table class="table">`` with a header row."""
+    from tabulate import tabulate
+
+    header = [str(h) for h in header]
+    cells = []
+    for i, row in enumerate(rows):
+        row = [str(c) for c in row]
+        if len(row) != len(header):
+            raise ValueError(f"rows[{i}] has {len(row)} cells, header has {len(header)}")
+        cells.append(row)
+    # disable_numparse: cells are shown as given (no re-formatting of numbers); the "html"
+    # format escapes every cell.
+    markup = tabulate(cells, headers=header, tablefmt="html", disable_numparse=True)
+    return markup.replace("<table>", '<table class="table">', 1)
+
+
+def html_table(header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> Any:
+    """An ``IPython.display.HTML`` table: ``header`` (n_cols,) and ``rows`` of n_cols cells each.
+
+    Cells are converted with ``str`` and HTML-escaped; a row of the wrong length is a
+    ValueError.  As a cell's last expression it is shown as a table (site, Jupyter, Colab).
+    """
+    from IPython.display import HTML
+
+    return HTML(html_table_markup(header, rows))
