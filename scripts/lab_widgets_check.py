@@ -102,10 +102,12 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(0.5)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=find_chromium(), args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
             for source in sources:
                 name = notebooks.target(source).name
-                page.goto(f"http://127.0.0.1:{port}/lab/tree/{name}")
+                # a page per notebook: leaving an edited notebook's page would ask first
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                # ?reset: a fresh workspace, without the notebooks opened before
+                page.goto(f"http://127.0.0.1:{port}/lab/tree/{name}?reset")
                 page.wait_for_function("() => window.jupyterapp && "
                                        "document.querySelector('.jp-Notebook')")
                 page.wait_for_function(KERNEL_IDLE, timeout=120_000, polling=200)
@@ -157,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                                             f"{ms:.0f} ms > {1000 * args.limit:.0f} ms")
                 page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext"
                               ".shutdown()")
+                page.close()
             browser.close()
     finally:
         server.terminate()
