@@ -24,7 +24,12 @@ def _contracts() -> list[dict]:
 
 
 def _numerics_contract() -> dict:
-    (contract,) = [c for c in _contracts() if c["type"] == "forbidden"]
+    (contract,) = [c for c in _contracts() if c["name"].startswith("numerics need numpy only")]
+    return contract
+
+
+def _ml_dtypes_contract() -> dict:
+    (contract,) = [c for c in _contracts() if c["name"].startswith("ml_dtypes only")]
     return contract
 
 
@@ -37,7 +42,7 @@ def _lint_imports(cwd: Path) -> subprocess.CompletedProcess:
 def test_import_contracts_are_kept():
     result = _lint_imports(ROOT)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    assert "2 kept, 0 broken" in result.stdout
+    assert "3 kept, 0 broken" in result.stdout
 
 
 def test_every_numeric_module_is_under_the_contract():
@@ -60,8 +65,21 @@ def test_every_numeric_module_is_under_the_contract():
             "yaml"} <= forbidden
 
 
+def test_ml_dtypes_stays_optional():
+    """Only flashlib.precision and flashlib.fp8 import ml_dtypes (flashlib.accuracy lazily):
+    every other numeric module is under the contract that forbids it."""
+    contract = _ml_dtypes_contract()
+    numerics = set(_numerics_contract()["source_modules"])
+    optional = {"flashlib.precision", "flashlib.fp8", "flashlib.accuracy"}
+    assert set(contract["source_modules"]) == numerics - optional
+    assert {"ml_dtypes", "flashlib.precision", "flashlib.fp8"} <= set(
+        contract["forbidden_modules"])
+
+
 @pytest.mark.parametrize(("module", "line", "culprit"), [
     ("masks.py", "import matplotlib.pyplot", "matplotlib"),
+    ("naive.py", "import ml_dtypes", "ml_dtypes"),
+    ("__init__.py", "from flashlib.precision import round_to", "flashlib.precision"),
     ("__init__.py", "from flashlib.book.widgets import interactive_figure", "flashlib.book"),
     ("bench/report.py", "from flashlib.book import glue", "flashlib.book"),
 ])
