@@ -65,8 +65,10 @@ __all__ = [
     "random_inputs",
     "BudgetRow",
     "error_budget",
+    "SweepRow",
     "block_size_sweep",
     "length_sweep",
+    "TableRow",
     "precision_table",
 ]
 
@@ -452,13 +454,15 @@ def error_budget(Q: Any, K: Any, V: Any, casts: Casts, *, B_c: int = 64,
 
 
 class SweepRow(NamedTuple):
-    """One point of a sweep: the parameter's value and the errors against float64 (standard
-    and tiled attention with the same casts, and plain attention in the input dtype)."""
+    """One point of a sweep: the parameter's value, the errors against float64 (standard and
+    tiled attention with the same casts, and plain attention in the input dtype) and max|O| of
+    the reference (errors scale with it: rounding O alone errs by up to half an ulp of it)."""
 
     value: int
     standard: ErrorStats
     tiled: ErrorStats
     plain: ErrorStats
+    out_max: float
 
 
 def block_size_sweep(Q: Any, K: Any, V: Any, casts: Casts,
@@ -474,8 +478,9 @@ def block_size_sweep(Q: Any, K: Any, V: Any, casts: Casts,
     ref = _attention(Qr, Kr, Vr, Casts.exact(), None)
     standard = error_stats(_attention(Qr, Kr, Vr, casts, None), ref)
     plain = error_stats(_attention(Qr, Kr, Vr, Casts.plain(casts.inputs), None), ref)
-    return [SweepRow(b, standard, error_stats(_attention(Qr, Kr, Vr, casts, b), ref), plain)
-            for b in blocks]
+    out_max = float(np.max(np.abs(ref)))
+    return [SweepRow(b, standard, error_stats(_attention(Qr, Kr, Vr, casts, b), ref), plain,
+                     out_max) for b in blocks]
 
 
 def length_sweep(casts: Casts, ns: Iterable[int], *, d: int = 64, B_c: int = 64,
@@ -495,6 +500,7 @@ def length_sweep(casts: Casts, ns: Iterable[int], *, d: int = 64, B_c: int = 64,
             error_stats(_attention(Qr, Kr, Vr, casts, None), ref),
             error_stats(_attention(Qr, Kr, Vr, casts, B_c), ref),
             error_stats(_attention(Qr, Kr, Vr, Casts.plain(casts.inputs), None), ref),
+            float(np.max(np.abs(ref))),
         ))
     return rows
 

@@ -331,3 +331,20 @@ def test_no_warnings_on_overflow():
     Q, K, V = random_inputs(8, 4, np.random.default_rng(0), scale=300.0)
     rows = error_budget(Q, K, V, Casts.plain("float16"), B_c=4)
     assert not all(math.isfinite(r.standard_cumulative.max) for r in rows)
+
+
+def test_the_chapters_functions_are_short():
+    """What the chapter literalincludes reads like the algorithm: at most ~30 lines of body."""
+    import ast
+    import inspect
+    import textwrap
+
+    from flashlib import fp8
+
+    for fn in (round_to, saturate_to, dot, standard_attention_with_casts,
+               flash2_forward_with_casts, fp8.random_hadamard, fp8.quantize,
+               fp8.fp8_attention):
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+        body = tree.body[0].body[1:]  # after the docstring
+        lines = body[-1].end_lineno - body[0].lineno + 1
+        assert lines <= 30, f"{fn.__name__}: {lines} lines"
