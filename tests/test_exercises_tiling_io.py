@@ -142,21 +142,33 @@ def test_tile_schedule_cases_include_ragged_tails():
 
 # ---- writes of O ---------------------------------------------------------------------------
 
+def o_writes(N, B_r, B_c, order, *, ceil=True, init=False):
+    T_r = -(-N // B_r) if ceil else N // B_r
+    T_c = -(-N // B_c) if ceil else N // B_c
+    return T_r * T_c + init if order == "v1" else T_r
+
+
 def test_o_writes():
     p = tx.O_WRITES_PROBLEM
-    T_r, T_c = math.ceil(p["N"] / p["B_r"]), math.ceil(p["N"] / p["B_c"])
-    assert tx.check_o_writes(T_r * T_c, T_r).passed
-    assert tx.check_o_writes(np.int64(T_r * T_c), float(T_r)).passed
-    assert_fails_with(tx.check_o_writes(T_r, T_r), "FlashAttention-2's count")
-    assert_fails_with(tx.check_o_writes(T_r * T_c, T_r * T_c), "that is Algorithm 1's count")
-    assert_fails_with(tx.check_o_writes(T_c, T_r), "inside the loop over j")
-    assert_fails_with(tx.check_o_writes(T_r * T_c + 1, T_r), "initialisation writes O whole")
-    floor_r, floor_c = p["N"] // p["B_r"], p["N"] // p["B_c"]
-    assert_fails_with(tx.check_o_writes(floor_r * floor_c, floor_r), "ceil(N / B)",
-                      "ceil(N / B_r)")
-    assert_fails_with(tx.check_o_writes(T_c * p["N"] * p["d"], T_r), "counts elements")
-    assert_fails_with(tx.check_o_writes(7, "many"), "give a number", "T_r = ceil")
-    assert_fails_with(tx.check_o_writes(None, None), "not attempted yet")
+    assert (p["N"], p["B_r"], p["B_c"]) == tx.O_WRITES_CASES[0]
+    fb = tx.check_o_writes(o_writes)
+    assert fb.passed, text(fb)
+    assert "v1, N = 1000, B_r = 64, B_c = 128: 128 block writes" in text(fb)
+    assert "v2, N = 1000, B_r = 64, B_c = 128: 16 block writes" in text(fb)
+    assert tx.check_o_writes(lambda *a: np.int64(o_writes(*a))).passed
+    assert_fails_with(tx.check_o_writes(lambda N, r, c, o: o_writes(N, r, c, "v2")),
+                      "FlashAttention-2's count")
+    assert_fails_with(tx.check_o_writes(lambda N, r, c, o: o_writes(N, r, c, "v1")),
+                      "v2, N = 1000", "that is Algorithm 1's count")
+    assert_fails_with(tx.check_o_writes(lambda N, r, c, o: -(-N // c)), "inside the loop over j")
+    assert_fails_with(tx.check_o_writes(lambda *a: o_writes(*a, init=a[3] == "v1")),
+                      "initialisation writes O whole")
+    assert_fails_with(tx.check_o_writes(lambda *a: o_writes(*a, ceil=False)), "ceil(N / B)")
+    fb = tx.check_o_writes(lambda *a: o_writes(*a, ceil=a[3] == "v1"))
+    assert_fails_with(fb, "ceil(N / B_r) query blocks")
+    assert_fails_with(tx.check_o_writes(lambda *a: 7), "T_r = ceil")
+    assert_fails_with(tx.check_o_writes(lambda *a: "many"), "return a number")
+    assert tx.check_o_writes(not_attempted).problems == [NOT_ATTEMPTED]
 
 
 # ---- block sizes and the cap ---------------------------------------------------------------
@@ -190,6 +202,9 @@ def test_cap_reason():
     assert_fails_with(tx.check_cap_reason("d"), "B_r x B_c score tile")
     assert_fails_with(tx.check_cap_reason("z"), "one of the letters")
     assert_fails_with(tx.check_cap_reason(None), "not attempted yet")
+    assert tx.check_cap_reason(lambda: "a").passed
+    assert_fails_with(tx.check_cap_reason(lambda: "b"), "does not depend on B_r")
+    assert tx.check_cap_reason(not_attempted).problems == [NOT_ATTEMPTED]
 
 
 # ---- Algorithm 0's count -------------------------------------------------------------------
@@ -260,13 +275,19 @@ def test_crossover():
     M_star = crossover_M(N, d)
     assert ix.check_crossover(M_star).passed
     assert ix.check_crossover(M_star - 1).passed and ix.check_crossover(3 * d * d).passed
+    assert ix.check_crossover(crossover_M).passed
+    assert ix.check_crossover(lambda N, d: crossover_M(N, d) + 2 * d).passed  # same block
     assert_fails_with(ix.check_crossover(2 * d * d), "more than standard attention")
     assert_fails_with(ix.check_crossover(8 * d * d), "fewer than standard attention")
+    assert_fails_with(ix.check_crossover(lambda N, d: 2 * d * d),
+                      "N = 1024, d = 64: at M = 8192")
     assert_fails_with(ix.check_crossover(2 * M_star), "bytes in fp16")
-    assert_fails_with(ix.check_crossover(4 * M_star), "bytes in fp32")
+    assert_fails_with(ix.check_crossover(lambda N, d: 4 * crossover_M(N, d)), "bytes in fp32")
     assert_fails_with(ix.check_crossover(-3), "positive number")
     assert_fails_with(ix.check_crossover("big"), "positive number")
     assert_fails_with(ix.check_crossover(None), "not attempted yet")
+    assert ix.check_crossover(not_attempted).problems == [NOT_ATTEMPTED]
+    assert_fails_with(ix.check_crossover(crashing), "your function raised")
 
 
 # ---- split-KV merge ------------------------------------------------------------------------

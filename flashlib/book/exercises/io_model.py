@@ -3,7 +3,8 @@
 check_standard_count   Algorithm 0's HBM accesses: ``count(N, d)`` or a number for
                        :data:`STANDARD_PROBLEM`
 check_io_count         ``io_count(N, d, M, order) -> int`` against the counting memory
-check_crossover        the M below which FlashAttention moves more than standard attention
+check_crossover        the M below which FlashAttention moves more than standard attention:
+                       ``crossover(N, d)`` or a number for :data:`CROSSOVER_PROBLEM`
 check_split_kv_merge   ``merge(a, b)`` of partial states, then used to merge the split-KV
                        partial results of one decoding query
 """
@@ -27,6 +28,7 @@ from flashlib.schedule import count_io
 __all__ = [
     "STANDARD_PROBLEM",
     "CROSSOVER_PROBLEM",
+    "CROSSOVER_CASES",
     "check_standard_count",
     "check_io_count",
     "check_crossover",
@@ -148,34 +150,42 @@ def check_io_count(fb: Feedback, fn: Callable[[int, int, int, str], Any]) -> Non
     fb.ok(f"equal to the counting memory for both orders on {len(IO_CASES)} (N, d, M)")
 
 
+#: (N, d) of :func:`check_crossover` when the answer is a function.
+CROSSOVER_CASES = [(1024, 64), (4096, 128), (512, 16)]
+
+
 @checker("the crossover M")
 def check_crossover(fb: Feedback, answer: Any) -> None:
     """Check the M (elements) below which Algorithm 1 (the paper's blocks) moves more than
-    standard attention, for :data:`CROSSOVER_PROBLEM`: any M in the block size on either side
-    of the threshold is accepted (the counts change only when ceil(M / 4d) does)."""
+    standard attention: a function ``crossover(N, d)`` (checked on :data:`CROSSOVER_CASES`)
+    or a number for :data:`CROSSOVER_PROBLEM`.  Any M in the block size on either side of
+    the threshold is accepted (the counts change only when ceil(M / 4d) does)."""
     if answer is None:
         fb.fail("not attempted yet: replace None with your M")
         return
-    if not _is_number(answer) or not math.isfinite(float(answer)) or answer <= 0:
-        fb.fail(f"give M as a positive number of elements, got {answer!r}")
-        return
-    N, d = CROSSOVER_PROBLEM["N"], CROSSOVER_PROBLEM["d"]
-    M_star = crossover_M(N, d)
-    std = io_count(N, d, None, "standard")
-    if M_star - 4 * d <= answer < M_star + 4 * d:
-        fb.ok(f"M = {answer:g}: the threshold is M = {M_star:,} elements (about "
-              f"{M_star / d**2:.1f} d^2); below it Algorithm 1 moves more than the "
-              f"{std:,} of standard attention")
-        return
-    M = int(min(max(answer, d), N * d))
-    flash = io_count(N, d, M, "v1")
-    verdict = "more" if flash > std else "fewer"
-    hint = ""
-    for factor, unit in ((2, "fp16"), (4, "fp32")):
-        if M_star - 4 * d <= answer / factor < M_star + 4 * d:
-            hint = f": that is bytes in {unit}; M counts elements"
-    fb.fail(f"M = {answer:g}: at that M Algorithm 1 moves {flash:,} elements, {verdict} than "
-            f"standard attention's {std:,}{hint or ': compare io_count at several M'}")
+    cases = CROSSOVER_CASES if callable(answer) else [tuple(CROSSOVER_PROBLEM.values())]
+    for N, d in cases:
+        name = f"N = {N}, d = {d}"
+        with fb.case(name):
+            got = call_learner(answer, N, d)[0] if callable(answer) else answer
+            if not _is_number(got) or not math.isfinite(float(got)) or got <= 0:
+                raise LearnerError(f"give M as a positive number of elements, got {got!r}")
+            M_star = crossover_M(N, d)
+            std = io_count(N, d, None, "standard")
+            if M_star - 4 * d <= got < M_star + 4 * d:
+                fb.ok(f"{name}: M = {got:g}; the threshold is M = {M_star:,} elements (about "
+                      f"{M_star / d**2:.1f} d^2); below it Algorithm 1 moves more than the "
+                      f"{std:,} of standard attention")
+                continue
+            flash = io_count(N, d, int(min(max(got, d), N * d)), "v1")
+            verdict = "more" if flash > std else "fewer"
+            hint = ": compare io_count at several M"
+            for factor, unit in ((2, "fp16"), (4, "fp32")):
+                if M_star - 4 * d <= got / factor < M_star + 4 * d:
+                    hint = f": that is bytes in {unit}; M counts elements"
+            fb.fail(f"{name}: at M = {got:g} Algorithm 1 moves {flash:,} elements, {verdict} "
+                    f"than standard attention's {std:,}{hint}")
+            return
 
 
 @checker("merging split-KV partial results")

@@ -4,9 +4,10 @@ check_flash2_forward   ``flash2_forward(Q, K, V, B_r, B_c) -> O`` or ``(O, L)``:
                        attention on ragged shapes, and no (n, n) array allocated
 check_tile_schedule    ``tile_schedule(n_q, n_k, B_r, B_c, order) -> [(i, j), ...]``: the tiles
                        in the order each loop order computes them, against the event log
-check_o_writes         the number of block writes of O each order makes (two numbers)
+check_o_writes         ``o_writes(N, B_r, B_c, order)``: the block writes of O each order makes
 check_block_sizes      ``block_sizes(M, d) -> (B_r, B_c)``: Algorithm 1's rule
-check_cap_reason       why B_r is capped by d (one of :data:`CAP_CHOICES`)
+check_cap_reason       why B_r is capped by d (a letter of :data:`CAP_CHOICES`, or a function
+                       returning it)
 """
 
 from __future__ import annotations
@@ -222,51 +223,57 @@ def check_tile_schedule(fb: Feedback, fn: Callable[[int, int, int, int, str], An
 
 # --- predicting the writes of O -------------------------------------------------------------
 
-#: The sizes of :func:`check_o_writes`'s question.
-O_WRITES_PROBLEM = {"N": 1000, "d": 64, "B_r": 64, "B_c": 128}
+#: The sizes of the question :func:`check_o_writes` asks first (then a few more, so that the
+#: formula is checked, not one number).
+O_WRITES_PROBLEM = {"N": 1000, "B_r": 64, "B_c": 128}
+O_WRITES_CASES = [(1000, 64, 128), (1024, 128, 64), (100, 32, 16), (7, 64, 128)]
+
+
+def _o_writes_hint(got: float, N: int, B_r: int, B_c: int, order: str) -> str:
+    T_r, T_c = -(-N // B_r), -(-N // B_c)
+    floor_r, floor_c = N // B_r, N // B_c
+    if order == "v1":
+        hints = {T_r: "that is one write per query block, FlashAttention-2's count: "
+                      "Algorithm 1 writes O_i back after every tile",
+                 T_c: "O_i is written back for every query block i inside the loop over j: "
+                      "T_r x T_c",
+                 T_r * T_c + 1: "the initialisation writes O whole, not a block: count only "
+                                "the writes of O_i",
+                 floor_r * floor_c: "there are ceil(N / B) blocks: the last is shorter but "
+                                    "still written"}
+    else:
+        hints = {T_r * T_c: "that is Algorithm 1's count: FlashAttention-2 keeps O_i on chip "
+                            "and writes it once, after its inner loop",
+                 T_c: "FlashAttention-2's outer loop runs over the T_r query blocks",
+                 floor_r: "there are ceil(N / B_r) query blocks: the last is shorter but "
+                          "still written"}
+    return hints.get(got, f"count the writes of O_i: T_r = ceil(N / B_r) = {T_r}, "
+                          f"T_c = ceil(N / B_c) = {T_c}")
 
 
 @checker("writes of O")
-def check_o_writes(fb: Feedback, v1: Any, v2: Any) -> None:
-    """Check the predicted number of block writes of O (``mem.write(O, i, ...)``; not the
-    initialisation) by Algorithm 1 (``v1``) and by FlashAttention-2 (``v2``) at
-    :data:`O_WRITES_PROBLEM`."""
-    if v1 is NotImplemented or v2 is NotImplemented or v1 is None or v2 is None:
-        fb.fail("not attempted yet: replace None with your two numbers")
-        return
-    N, d, B_r, B_c = (O_WRITES_PROBLEM[k] for k in ("N", "d", "B_r", "B_c"))
-    T_r, T_c = -(-N // B_r), -(-N // B_c)
-    want = {o: block_counts(o, N, N, B_r, B_c)["stores"]["O"] for o in ("v1", "v2")}
-    floor_r, floor_c = N // B_r, N // B_c
-    for order, got in (("v1", v1), ("v2", v2)):
-        try:
-            got = float(got)
-        except (TypeError, ValueError):
-            fb.fail(f"{order}: give a number, got {got!r}")
-            continue
-        if got == want[order]:
-            fb.ok(f"{order}: {want[order]} block writes of O")
-            continue
-        if order == "v1":
-            hints = {T_r: "that is one write per query block, FlashAttention-2's count: "
-                          "Algorithm 1 writes O_i back after every tile",
-                     T_c: "O_i is written back for every query block i inside the loop over "
-                          "j: T_r x T_c",
-                     T_r * T_c + 1: "the initialisation writes O whole, not a block: count "
-                                    "only the writes of O_i",
-                     floor_r * floor_c: "there are ceil(N / B) blocks: the last is shorter "
-                                        "but still written",
-                     T_c * N * d: "that counts elements; count block writes"}
-        else:
-            hints = {T_r * T_c: "that is Algorithm 1's count: FlashAttention-2 keeps O_i on "
-                                "chip and writes it once, after its inner loop",
-                     T_c: "FlashAttention-2's outer loop runs over the T_r query blocks",
-                     floor_r: "there are ceil(N / B_r) query blocks: the last is shorter but "
-                              "still written",
-                     N * d: "that counts elements; count block writes"}
-        fb.fail(f"{order}: {got:g} is not right: " + hints.get(
-            got, f"count the writes of O_i: T_r = ceil(N / B_r) = {T_r}, "
-                 f"T_c = ceil(N / B_c) = {T_c}"))
+def check_o_writes(fb: Feedback, fn: Callable[[int, int, int, str], Any]) -> None:
+    """Check ``o_writes(N, B_r, B_c, order)``: the block writes of O (``mem.write(O, i,
+    ...)``; not the initialisation) of Algorithm 1 ("v1") and FlashAttention-2 ("v2") for
+    self-attention over N rows, first at :data:`O_WRITES_PROBLEM`."""
+    for N, B_r, B_c in O_WRITES_CASES:
+        for order in ("v1", "v2"):
+            name = f"{order}, N = {N}, B_r = {B_r}, B_c = {B_c}"
+            with fb.case(name):
+                got, _ = call_learner(fn, N, B_r, B_c, order)
+                if not _is_number(got):
+                    raise LearnerError(f"return a number, got {got!r}")
+                want = block_counts(order, N, N, B_r, B_c)["stores"]["O"]
+                if got == want:
+                    fb.ok(f"{name}: {want} block writes of O")
+                    continue
+                fb.fail(f"{name}: {got:g} is not right: "
+                        f"{_o_writes_hint(float(got), N, B_r, B_c, order)}")
+                return
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
 
 
 # --- block sizes from M ---------------------------------------------------------------------
@@ -334,9 +341,11 @@ _CAP_FEEDBACK = {
 
 @checker("why B_r is capped by d")
 def check_cap_reason(fb: Feedback, answer: Any) -> None:
-    """Check the choice among :data:`CAP_CHOICES` (a letter)."""
+    """Check the choice among :data:`CAP_CHOICES`: a letter, or a function returning one."""
+    if callable(answer):
+        answer = call_learner(answer)[0]
     if answer is None:
-        fb.fail("not attempted yet: set answer to one of " + ", ".join(CAP_CHOICES))
+        fb.fail("not attempted yet: answer with one of the letters " + ", ".join(CAP_CHOICES))
         return
     key = str(answer).strip().lower().strip("()")
     if key not in CAP_CHOICES:
