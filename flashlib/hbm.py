@@ -153,7 +153,8 @@ class HBMArray:
         return HBMArray(self.name, self.data[rows])
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        return self.data if dtype is None else self.data.astype(dtype)
+        data = self.data if dtype is None else self.data.astype(dtype, copy=False)
+        return data.copy() if copy and data is self.data else data
 
     def __repr__(self) -> str:
         return f"HBMArray({self.name!r}, shape={self.shape}, dtype={self.dtype})"
