@@ -33,7 +33,7 @@ def all_checkers():
 
 def test_one_module_per_chapter():
     assert sorted(m.__name__.rsplit(".", 1)[1] for m in CHAPTER_MODULES) == [
-        "intro", "ladder", "online_softmax", "overflow"]
+        "gpu", "intro", "ladder", "online_softmax", "overflow"]
 
 
 @pytest.mark.parametrize(("module", "name", "check"), all_checkers(),
