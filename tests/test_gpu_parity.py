@@ -15,10 +15,6 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -44,7 +40,6 @@ from flashlib.gpu import triton_attention as ta  # noqa: E402
 from flashlib.gpu.device import INTERPRETER_BF16_REASON  # noqa: E402
 from flashlib.gpu.implementations import attention, naive_torch_attention  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 CAPS = flashlib.gpu.capabilities()
 DEVICE = CAPS.device
 CUDA = CAPS.mode == "cuda"
@@ -313,22 +308,6 @@ def test_interpreter_refuses_tensors_on_another_device():
     q, k, v = _qkv((1, 1, 8, 16), (1, 1, 8, 16), "float32")
     with pytest.raises(ValueError, match="in the interpreter: use CPU tensors"):
         ta.triton_attention(q.to("meta"), k.to("meta"), v.to("meta"))
-
-
-def test_compiled_kernels_without_a_gpu_say_so_plainly():
-    """TRITON_INTERPRET=0 on a machine without CUDA: a plain GPUUnavailable, no traceback from
-    deep inside Triton."""
-    if CUDA:
-        pytest.skip("a CUDA GPU is present: TRITON_INTERPRET=0 is the normal mode")
-    code = ("import torch, flashlib.gpu as g\n"
-            "from flashlib.gpu.triton_attention import triton_attention\n"
-            "x = torch.randn(1, 1, 8, 16)\n"
-            "try:\n    triton_attention(x, x, x)\n"
-            "except g.GPUUnavailable as e:\n    print('REFUSED', e)\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                         text=True, timeout=300, env={**os.environ, "TRITON_INTERPRET": "0"})
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "REFUSED" in out.stdout and "no CUDA GPU" in out.stdout
 
 
 # ---- CUDA only: compiled kernels at larger sizes, bfloat16, TF32, beside flash-attn and SDPA --
