@@ -194,6 +194,20 @@ def test_boundary_masks_never_read_past_n_or_d():
         q.grad = k.grad = v.grad = None
 
 
+def test_hidden_huge_scores_change_nothing():
+    """A key that row 0 may not see gets a score of ~300 (in base 2) with it: the forward and
+    the backward mask it before exp2, so nothing overflows (numpy would warn in the
+    interpreter) and the gradients stay exact."""
+    q, k, v = (x.detach() for x in _qkv((1, 1, 40, 32), (1, 1, 40, 32), "float32"))
+    k[..., 5, :] = 40 * q[..., 0, :]  # in the diagonal tile, which is visited
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+    o = ta.triton_attention(q, k, v, causal=True, blocks=(16, 16))
+    o.backward(torch.ones_like(o))
+    exact = torch_grads(_np(q), _np(k), _np(v), np.ones((1, 1, 40, 32)), causal=True)
+    for got, want in zip((o, q.grad, k.grad, v.grad), exact, strict=True):
+        assert max_err(_np(got), want) < 2e-5 * max(1.0, float(np.abs(want).max()))
+
+
 def test_causal_tile_skipping_is_what_the_grid_says():
     """Causal and full attention agree on the rows where the mask hides nothing (the last row
     sees every key), and the kernel is exact with any tile shape, B_r != B_c included."""
@@ -204,6 +218,32 @@ def test_causal_tile_skipping_is_what_the_grid_says():
         assert max_err(_np(o), exact) < 2e-6, blocks
     full = ta.triton_attention(q, k, v, blocks=(16, 16))
     assert max_err(_np(full)[..., -1, :], exact[..., -1, :]) < 2e-6
+
+
+@pytest.mark.skipif(CUDA, reason="counts tl.dot calls in the interpreter")
+@pytest.mark.parametrize("causal", [False, True])
+def test_kernels_visit_the_tiles_the_grid_counts(monkeypatch, causal):
+    """Causal tile skipping, observed: every tl.dot the interpreter runs is counted; the forward
+    does 2 per visited tile (S = Q K^T, P V), the dK/dV kernel 4 and the dQ kernel 3, on exactly
+    the tiles flashlib.gpu.grid counts."""
+    from triton.runtime import interpreter
+
+    from flashlib.gpu.grid import tile_counts
+
+    dots = []
+    real = interpreter.interpreter_builder.create_dot
+    monkeypatch.setattr(interpreter.interpreter_builder, "create_dot",
+                        lambda *a, **kw: dots.append(1) or real(*a, **kw))
+    n, blocks = 70, (16, 32)
+    q, k, v = _qkv((1, 1, n, 32), (1, 1, n, 32), "float32", grad=True)
+    o = ta.triton_attention(q, k, v, causal=causal, blocks=blocks)
+    tiles = tile_counts(n, n, *blocks, causal)["visited"]
+    assert len(dots) == 2 * tiles
+    dots.clear()
+    o.sum().backward()
+    assert len(dots) == (4 + 3) * tiles
+    if causal:
+        assert tiles < tile_counts(n, n, *blocks)["visited"]
 
 
 def test_leading_dims_and_three_dim_inputs():

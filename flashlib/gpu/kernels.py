@@ -119,7 +119,8 @@ def flash2_backward_dkdv_kernel(
         visible = row_ok[:, None] & col_ok[None, :]
         if CAUSAL:
             visible = visible & (cols[None, :] <= rows[:, None])
-        P_ij = tl.where(visible, tl.exp2(S_ij - L_i[:, None]), 0.0)  # np.exp(S_ij - L_i)
+        S_ij = tl.where(visible, S_ij, float("-inf"))  # hidden scores: P = exp2(-inf) = 0
+        P_ij = tl.exp2(S_ij - L_i[:, None])  # np.exp(S_ij - L_i[:, None]): recomputed from L_i
         dV_j += tl.dot(tl.trans(P_ij).to(dO_i.dtype), dO_i,
                        input_precision=PRECISION)  # dV_j += P_ij.T @ dO_i
         dP_ij = tl.dot(dO_i, tl.trans(V_j), input_precision=PRECISION)  # dO_i @ V_j.T
@@ -169,7 +170,7 @@ def flash2_backward_dq_kernel(
         visible = row_ok[:, None] & col_ok[None, :]
         if CAUSAL:
             visible = visible & (cols[None, :] <= rows[:, None])
-        P_ij = tl.where(visible, tl.exp2(S_ij - L_i[:, None]), 0.0)
+        P_ij = tl.exp2(tl.where(visible, S_ij, float("-inf")) - L_i[:, None])
         dP_ij = tl.dot(dO_i, tl.trans(V_j), input_precision=PRECISION)
         dS_ij = P_ij * (dP_ij - D_i[:, None])
         dQ_i += tl.dot(dS_ij.to(K_j.dtype), K_j, input_precision=PRECISION)  # dS_ij @ K_j
