@@ -113,6 +113,10 @@ def test_schema_accepts_what_make_row_writes_and_catches_corruption(tmp_path):
     with pytest.raises(ValueError, match="not both or neither"):
         results.make_row("triton", "fwd", "float16", False, 1, 16, 1, 1)
 
+    assert results.tflops_by_impl(good, n=1024, d=64, causal=True, dtype="float16") == {
+        "triton": pytest.approx(68.719476736), "flash_attn": None}
+    assert results.tflops_by_impl(good, n=512, d=64, causal=True, dtype="float16") == {}
+
     (tmp_path / "a.json").write_text(json.dumps(good))
     assert results.load_results([tmp_path]) == [good]
     (tmp_path / "b.json").write_text(json.dumps(bad))

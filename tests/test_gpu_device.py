@@ -172,6 +172,10 @@ def test_launch_grid_and_tiles():
     assert grid.tiles_per_program(100, 40, 32, 16, causal=True) == [2, 3, 3, 3]
     counts = grid.tile_counts(256, 256, 64, 64, causal=True)
     assert counts == {"visited": 10, "all": 16, "skipped": 6, "masked": 4}
+    assert grid.tile_map(100, 100, 32, 32, causal=True).tolist() == [
+        [2, 0, 0, 0], [1, 2, 0, 0], [1, 1, 2, 0], [1, 1, 1, 2]]
+    assert grid.tile_map(100, 100, 64, 32).tolist() == [[1, 1, 1, 2], [1, 1, 1, 2]]
+    assert grid.tile_counts(16384, 16384, 16, 16, causal=True)["visited"] == 1024 * 1025 // 2
     ragged = grid.tile_counts(100, 100, 64, 64)
     assert ragged["visited"] == 4 and ragged["masked"] == 2  # the last key tile runs past n
     with pytest.raises(ValueError, match="n_q must be a positive integer"):

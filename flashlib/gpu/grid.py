@@ -3,14 +3,16 @@
 One program per (query block, batch x head): a grid of ``ceil(n_q / B_r) x (batch * heads)``
 programs.  Program ``i`` loops over the key blocks ``0 .. ceil(hi / B_c)``, where ``hi = n_k``,
 or with a causal mask ``min(n_k, (i + 1) B_r)``: the blocks wholly above the diagonal are
-skipped (numpy's :func:`flashlib.masks.key_stop` in the same role).  Also the block sizes the
-launcher uses (:func:`configs`); nothing here needs torch or triton, so the book's widget and
-the benchmark's bookkeeping run anywhere.
+skipped (numpy's :func:`flashlib.masks.key_stop` in the same role); :func:`tile_map` paints
+it.  Also the block sizes the launcher uses (:func:`configs`); nothing here needs torch or
+triton, so the book's widget and the benchmark's bookkeeping run anywhere.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
+
+import numpy as np
 
 from flashlib._validate import check_int
 
@@ -23,6 +25,10 @@ __all__ = [
     "launch_grid",
     "key_block_end",
     "tiles_per_program",
+    "SKIPPED",
+    "FULL",
+    "MASKED",
+    "tile_map",
     "tile_counts",
     "configs",
 ]
@@ -73,20 +79,32 @@ def tiles_per_program(n_q: int, n_k: int, B_r: int, B_c: int, causal: bool = Fal
     return [cdiv(key_block_end(i, B_r, n_k, bool(causal)), B_c) for i in range(cdiv(n_q, B_r))]
 
 
+#: Codes of :func:`tile_map`.
+SKIPPED, FULL, MASKED = 0, 1, 2
+
+
+def tile_map(n_q: int, n_k: int, B_r: int, B_c: int, causal: bool = False) -> np.ndarray:
+    """What program i does with key tile j, for one batch x head: (ceil(n_q / B_r),
+    ceil(n_k / B_c)) int8, SKIPPED (0: above the diagonal, never loaded), FULL (1) or MASKED
+    (2: visited, and some of its scores are hidden, by the diagonal or by the end of the
+    keys)."""
+    visits = np.array(tiles_per_program(n_q, n_k, B_r, B_c, causal))
+    i = np.arange(len(visits))[:, None]
+    j = np.arange(cdiv(n_k, B_c))[None, :]
+    ragged = (j + 1) * B_c > n_k
+    straddles = ((j + 1) * B_c - 1 > i * B_r) if causal else np.zeros_like(ragged)
+    codes = np.where(ragged | straddles, MASKED, FULL)
+    return np.where(j < visits[:, None], codes, SKIPPED).astype(np.int8)
+
+
 def tile_counts(n_q: int, n_k: int, B_r: int, B_c: int, causal: bool = False) -> dict[str, int]:
     """Tiles per batch x head: ``visited`` by the kernel, ``all`` of the grid, ``skipped``
     (above the diagonal), ``masked`` (visited tiles that need a mask: straddling the diagonal
     or the end of the keys)."""
-    visits = tiles_per_program(n_q, n_k, B_r, B_c, causal)
-    total = cdiv(n_q, B_r) * cdiv(n_k, B_c)
-    masked = 0
-    for i, count in enumerate(visits):
-        for j in range(count):
-            ragged = (j + 1) * B_c > n_k
-            straddles = causal and (j + 1) * B_c - 1 > i * B_r
-            masked += bool(ragged or straddles)
-    return {"visited": sum(visits), "all": total, "skipped": total - sum(visits),
-            "masked": masked}
+    tiles = tile_map(n_q, n_k, B_r, B_c, causal)
+    visited = int(np.count_nonzero(tiles))
+    return {"visited": visited, "all": int(tiles.size), "skipped": int(tiles.size) - visited,
+            "masked": int(np.count_nonzero(tiles == MASKED))}
 
 
 def configs(d: int, dtype_name: str, mode: str) -> list[Config]:

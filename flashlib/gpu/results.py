@@ -29,7 +29,7 @@ from typing import Any
 from flashlib._validate import check_int
 
 __all__ = ["SCHEMA", "PASSES", "PASS_FACTOR", "PROVENANCE_KEYS", "ROW_KEYS", "attention_flops",
-           "tflops", "make_row", "check_results", "load_results"]
+           "tflops", "make_row", "check_results", "load_results", "tflops_by_impl"]
 
 SCHEMA = "flashlib-gpu-bench/1"
 #: The passes timed, and how many forward passes' FLOPs each counts.
@@ -132,3 +132,12 @@ def load_results(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
             raise ValueError(f"{file}: {'; '.join(problems[:5])}")
         out.append(data)
     return out
+
+
+def tflops_by_impl(data: Mapping[str, Any], *, n: int, d: int, causal: bool, dtype: str,
+                   passes: str = "fwd") -> dict[str, float | None]:
+    """One case of a results file: TFLOP/s per implementation (None where it did not run, with
+    its reason in the file), in the file's order; empty when the case was not measured."""
+    return {row["impl"]: row["tflops"] for row in data["rows"]
+            if (row["n"], row["d"], row["causal"], row["dtype"], row["pass"])
+            == (n, d, bool(causal), dtype, passes)}
