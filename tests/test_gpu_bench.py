@@ -152,8 +152,10 @@ def test_run_cases_on_cpu_with_a_stand_in_timer():
     cases = [gb.Case(impl, passes, "float32", causal, 32, 16, 1, 2)
              for impl in gb.DEFAULT_IMPLS for passes in ("fwd", "fwd+bwd")
              for causal in (False, True)]
+    seen = []
     rows = gb.run_cases(cases, device="cpu", timer=timer, peak=lambda fn: None,
-                        progress=False)
+                        progress=False, on_row=lambda rows: seen.append(len(rows)))
+    assert seen == list(range(1, len(cases) + 1))
     assert results.check_results(_file(rows)) == []
     by = {(r["impl"], r["pass"], r["causal"]): r for r in rows}
     for impl in ("triton", "sdpa_math", "naive_torch"):
@@ -166,3 +168,39 @@ def test_run_cases_on_cpu_with_a_stand_in_timer():
     assert by[("sdpa_efficient", "fwd", False)]["error"].startswith(
         "sdpa_efficient cannot run these inputs here")
     assert set(calls) == {0, 3}  # fwd+bwd resets the three gradients between calls
+
+
+@pytest.mark.skipif(not HAVE_GPU_STACK, reason="needs torch and triton")
+def test_main_on_a_pretend_gpu_writes_a_valid_file(tmp_path, monkeypatch, capsys):
+    """The command's path on a CUDA machine, with the GPU and the timing loop stood in: the
+    provenance, partial saves, the schema check, the table and the file."""
+    import flashlib.gpu
+    from flashlib.gpu.device import decide
+
+    caps = decide(torch_version="2.13.0", triton_version="3.7.1", cuda_version="12.8",
+                  device_name="NVIDIA H200", compute_capability=(9, 0))
+    monkeypatch.setattr(flashlib.gpu, "capabilities", lambda: caps)
+    out = tmp_path / "gpu.json"
+
+    def fake_run(cases, *, timer, progress, on_row):
+        rows = []
+        for i, c in enumerate(cases):
+            kw = dict(ms=0.5 * (i + 1), peak_bytes=1000) if c.impl != "flash_attn" else dict(
+                error="flash-attn is not installed")
+            rows.append(results.make_row(c.impl, c.passes, c.dtype, c.causal, c.n, c.d,
+                                         c.batch, c.heads, **kw))
+            on_row(rows)
+            if len(rows) == 10:  # a partial save happened
+                assert len(json.loads(out.read_text())["rows"]) == 10
+        return rows
+
+    monkeypatch.setattr(gb, "run_cases", fake_run)
+    argv = ["--n", "512", "1024", "--d", "64", "--dtype", "float16", "--out", str(out)]
+    assert gb.main(argv) == 0
+    data = json.loads(out.read_text())
+    assert results.check_results(data) == [] and len(data["rows"]) == 56
+    assert data["provenance"]["gpu"] == "NVIDIA H200"
+    assert data["provenance"]["compute_capability"] == "9.0"
+    assert data["command"] == "python -m flashlib.bench gpu " + " ".join(argv)
+    printed = capsys.readouterr().out
+    assert "TFLOP/s" in printed and "triton" in printed and f"wrote {out}" in printed

@@ -75,6 +75,17 @@ def test_the_environment_variable_wins():
     assert "there is no CUDA GPU here; unset TRITON_INTERPRET" in off.notes[0]
 
 
+def test_old_triton_interpreter_with_new_numpy_is_refused_in_words():
+    """Triton 3.6's interpreter calls int() on one-element arrays, an error from numpy 2.4."""
+    old = decide(torch_version="2.11.0", triton_version="3.6.0", numpy_version="2.4.6")
+    assert old.mode == "unavailable" and "install triton>=3.7" in old.notes[0]
+    assert decide(torch_version="2.11.0", triton_version="3.6.0",
+                  numpy_version="2.3.5").mode == "interpreter"
+    assert decide(torch_version="2.11.0", triton_version="3.6.0", numpy_version="2.5.2",
+                  compute_capability=(9, 0)).mode == "cuda"  # compiled: no interpreter
+    assert decide(**BOTH, numpy_version="2.4.6").mode == "interpreter"
+
+
 @pytest.mark.parametrize(("torch_version", "triton_version", "missing"), [
     (None, "3.7.1", "torch is not installed"),
     ("2.13.0", None, "triton is not installed"),

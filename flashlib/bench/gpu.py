@@ -223,9 +223,12 @@ def _reason(err: BaseException) -> str:
 def run_cases(cases: Sequence[Case], *, device: str = "cuda",
               timer: Callable[..., float] | None = None,
               peak: Callable[[Callable[[], object]], int | None] | None = None,
-              progress: bool = True) -> list[dict[str, Any]]:
+              progress: bool = True,
+              on_row: Callable[[list[dict[str, Any]]], None] | None = None,
+              ) -> list[dict[str, Any]]:
     """Time every case (``timer(fn, grads) -> ms``, ``peak(fn) -> bytes``; CUDA's by default)
-    and return the rows of the results file.  A case that cannot run gets its reason."""
+    and return the rows of the results file.  A case that cannot run gets its reason.
+    ``on_row(rows)`` is called after each case (the command saves partial results with it)."""
     import torch
 
     from flashlib.gpu.device import GPUUnavailable
@@ -264,6 +267,8 @@ def run_cases(cases: Sequence[Case], *, device: str = "cuda",
         if reason is not None:
             row = make_row(case.impl, case.passes, **key, error=reason)
         rows.append(row)
+        if on_row is not None:
+            on_row(rows)
         if bar is not None:
             bar.update()
     if bar is not None:
@@ -326,15 +331,28 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     results["schema"] = SCHEMA
     print("\n".join(f"{k}: {v}" for k, v in results["provenance"].items()))
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+
+    def save(rows: list[dict[str, Any]], every: int = 10) -> None:
+        """Write the file every ``every`` cases, so an interrupted sweep keeps what it did."""
+        if len(rows) % every == 0 or len(rows) == len(cases):
+            _write(args.out, {**results, "rows": rows})
+
     results["rows"] = run_cases(cases, timer=_cuda_timer(args.warmup_ms, args.rep_ms),
-                                progress=not args.no_progress)
+                                progress=not args.no_progress, on_row=save)
     problems = check_results(results)
     if problems:  # a bug here, not a measurement: say so, but keep the data
         print("warning: the results do not follow the schema: " + "; ".join(problems[:3]),
               file=sys.stderr)
     print(_table(results["rows"]))
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as f:
-        json.dump(results, f, indent=1)
+    _write(args.out, results)
     print(f"\nwrote {args.out}")
     return 0
+
+
+def _write(path: str, results: dict[str, Any]) -> None:
+    """Write the results file atomically (a reader never sees half a file)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=1)
+    os.replace(tmp, path)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import itertools
 import os
 import sys
 from dataclasses import dataclass, field
@@ -149,10 +150,21 @@ class Capabilities:
         return "\n".join(lines)
 
 
+def _version(text: str | None) -> tuple[int, ...]:
+    """"3.7.1" -> (3, 7, 1); "2.13.0+cpu" -> (2, 13, 0); unreadable parts end the tuple."""
+    parts = []
+    for part in (text or "").split("+")[0].split("."):
+        digits = "".join(itertools.takewhile(str.isdigit, part))
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
 def decide(*, torch_version: str | None, triton_version: str | None,
            flash_attn_version: str | None = None, cuda_version: str | None = None,
            device_name: str | None = None, compute_capability: tuple[int, int] | None = None,
-           interpret_env: str | None = None) -> Capabilities:
+           interpret_env: str | None = None, numpy_version: str | None = None) -> Capabilities:
     """The capabilities of a machine with these packages and this GPU (None: no CUDA GPU):
     the one place the rules live; :func:`capabilities` feeds it this machine's facts."""
     notes: list[str] = []
@@ -184,6 +196,13 @@ def decide(*, torch_version: str | None, triton_version: str | None,
                      "run them in the interpreter.")
     else:
         mode = "interpreter"
+    if (mode == "interpreter" and _version(triton_version) < (3, 7)
+            and _version(numpy_version) >= (2, 4)):
+        mode = "unavailable"
+        notes.insert(0, f"Triton {triton_version}'s interpreter turns loop bounds into Python "
+                        f"ints with int(array), which numpy {numpy_version} refuses for "
+                        "one-element arrays (fixed in Triton 3.7): install triton>=3.7 (or "
+                        "numpy<2.4) to run the kernels on the CPU.")
 
     if flash_attn_version is None:
         flash_attn = False
@@ -218,8 +237,10 @@ def _dist_version(*names: str) -> str | None:
 @functools.lru_cache(maxsize=1)
 def _probe() -> dict:
     """This machine's facts (cached: the GPU does not change while Python runs)."""
+    import numpy
+
     facts: dict = {"torch_version": None, "cuda_version": None, "device_name": None,
-                   "compute_capability": None}
+                   "compute_capability": None, "numpy_version": numpy.__version__}
     if importlib.util.find_spec("torch") is not None:
         import torch
 
