@@ -22,6 +22,8 @@ Importing ``flashlib.gpu`` never fails for want of torch or triton:
   (pure Python)
 - :mod:`flashlib.gpu.traps`             the known traps, measured: interpreter bfloat16, TF32,
   base-2 logsumexp
+- :mod:`flashlib.gpu.exercise_kernels`  the forward kernel cut into the pieces the chapter's
+  exercises ask for (checked by ``flashlib.book.exercises.gpu``)
 """
 
 from flashlib.gpu.device import (

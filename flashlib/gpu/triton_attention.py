@@ -206,7 +206,9 @@ def triton_attention(
     causal: row i sees keys j <= i (top-left, as SDPA's ``is_causal``).  scale: 1/sqrt(d) by
     default.  precision: "ieee" (exact float32 products; float32 inputs only) or "tf32".
     blocks: (B_r, B_c), powers of two >= 16 (default: :func:`flashlib.gpu.grid.configs`).
-    ``loss.backward()`` runs the Triton backward.  Memory beyond inputs and outputs: O(n).
+    ``loss.backward()`` runs the Triton backward.  Memory beyond inputs and outputs: the
+    logsumexp, O(n) (never the (n_q, n_k) matrix); the backward adds D = rowsum(dO * O), O(n),
+    computed in float32 through a temporary the size of O.
     """
     _, scale = _check_inputs(q, k, v, causal, scale, precision, blocks)
     lead = q.shape[:-2]
