@@ -97,16 +97,18 @@ def test_step_recognises_typical_mistakes():
 
 @triton.jit
 def _end_too_early(i, B_r, N_K, CAUSAL: tl.constexpr):
+    end = N_K
     if CAUSAL:
-        return tl.minimum(N_K, i)
-    return N_K
+        end = tl.minimum(N_K, i)
+    return end
 
 
 @triton.jit
 def _end_without_min(i, B_r, N_K, CAUSAL: tl.constexpr):
+    end = N_K
     if CAUSAL:
-        return i + B_r
-    return N_K
+        end = i + B_r
+    return end
 
 
 @triton.jit

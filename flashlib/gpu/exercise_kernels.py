@@ -11,8 +11,9 @@ argument (Triton inlines it):
 - ``STEP(S_ij, V_j, m_i, l_i, acc)``: the online softmax update of one tile (the inner loop's
   body): :func:`online_softmax_step`.
 
-The kernel also counts the key tiles each program visits (``Visits``), so a checker can tell
-skipped tiles from wasted ones.  Tensors are contiguous (B*H, N, D) with D a power of two, and
+Each piece assigns and ends in a single ``return`` (the form the kernels' own ``hi`` uses, which
+compiled Triton accepts whatever the constexpr branch).  The kernel also counts the key tiles
+each program visits (``Visits``), so a checker can tell skipped tiles from wasted ones.  Tensors are contiguous (B*H, N, D) with D a power of two, and
 float32 products are exact (``input_precision="ieee"``).  :func:`run_exercise_kernel` launches
 it from numpy arrays; ``flashlib.book.exercises.gpu`` checks a reader's pieces with it.
 """
@@ -35,9 +36,10 @@ __all__ = ["key_end", "visible_keys", "online_softmax_step", "key_end_all_tiles"
 @triton.jit
 def key_end(i, B_r, N_K, CAUSAL: tl.constexpr):
     """Where the loop over keys stops for the query block starting at row i."""
+    end = N_K
     if CAUSAL:  # rows i .. i + B_r - 1 see no key after i + B_r - 1
-        return tl.minimum(N_K, i + B_r)
-    return N_K
+        end = tl.minimum(N_K, i + B_r)
+    return end
 
 
 @triton.jit
