@@ -13,9 +13,10 @@ argument (Triton inlines it):
 
 Each piece assigns and ends in a single ``return`` (the form the kernels' own ``hi`` uses, which
 compiled Triton accepts whatever the constexpr branch).  The kernel also counts the key tiles
-each program visits (``Visits``), so a checker can tell skipped tiles from wasted ones.  Tensors are contiguous (B*H, N, D) with D a power of two, and
-float32 products are exact (``input_precision="ieee"``).  :func:`run_exercise_kernel` launches
-it from numpy arrays; ``flashlib.book.exercises.gpu`` checks a reader's pieces with it.
+each program visits (``Visits``), so a checker can tell skipped tiles from wasted ones.
+Tensors are contiguous (B*H, N, D) with D a power of two, and float32 products are exact
+(``input_precision="ieee"``).  :func:`run_exercise_kernel` launches it from numpy arrays;
+``flashlib.book.exercises.gpu`` checks a reader's pieces with it.
 """
 
 from __future__ import annotations
