@@ -15,7 +15,7 @@ import tomllib
 ROOT = Path(__file__).resolve().parents[1]
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 #: The subpackages of flashlib that are not numerics (each forbidden to the numeric modules).
-NOT_NUMERICS = {"book", "bench"}
+NOT_NUMERICS = {"book", "bench", "gpu"}
 
 
 def _contracts() -> list[dict]:
@@ -42,7 +42,7 @@ def _lint_imports(cwd: Path) -> subprocess.CompletedProcess:
 def test_import_contracts_are_kept():
     result = _lint_imports(ROOT)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    assert "3 kept, 0 broken" in result.stdout
+    assert "5 kept, 0 broken" in result.stdout
 
 
 def test_every_numeric_module_is_under_the_contract():
@@ -62,7 +62,7 @@ def test_every_numeric_module_is_under_the_contract():
     for name in NOT_NUMERICS:
         assert {f"flashlib.{name}", f"flashlib.{name}.**"} <= forbidden, name
     assert {"matplotlib", "ipywidgets", "IPython", "torch", "threadpoolctl", "tqdm", "tabulate",
-            "yaml"} <= forbidden
+            "yaml", "triton", "flash_attn"} <= forbidden
 
 
 def test_ml_dtypes_stays_optional():
@@ -82,6 +82,9 @@ def test_ml_dtypes_stays_optional():
     ("__init__.py", "from flashlib.precision import round_to", "flashlib.precision"),
     ("__init__.py", "from flashlib.book.widgets import interactive_figure", "flashlib.book"),
     ("bench/report.py", "from flashlib.book import glue", "flashlib.book"),
+    ("flash.py", "import flashlib.gpu.device", "flashlib.gpu"),
+    ("gpu/grid.py", "import torch", "torch"),
+    ("gpu/kernels.py", "from flashlib.book import glue", "flashlib.book"),
 ])
 def test_a_forbidden_import_breaks_the_contracts(tmp_path, module, line, culprit):
     """The contracts can fail: a copy of the package with one forbidden import is refused."""
