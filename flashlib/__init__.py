@@ -11,6 +11,13 @@ per module:
 - :mod:`flashlib.flash_v1`        FlashAttention, Algorithm 1 loop order
 - :mod:`flashlib.flash`           FlashAttention-2 loop order (the default implementation)
 - :mod:`flashlib.backward`        the recomputing backward pass
+- :mod:`flashlib.decoding`        split-KV decoding: one query row against a long KV cache
+- :mod:`flashlib.hbm`             the memory the teaching functions' HBM traffic goes through:
+                                  plain numpy, or a counting memory with an SRAM of M elements
+- :mod:`flashlib.schedule`        the tiled functions run on the counting memory: event log,
+                                  counts, the tiling widget's data, the parallel outer loop
+- :mod:`flashlib.io_model`        exact HBM traffic of each schedule, block sizes from M, the
+                                  roofline
 - :mod:`flashlib.ladder`          the optimisation ladder's rungs
 - :mod:`flashlib.overflow`, :mod:`flashlib.memory`  the numerics of the chapters' experiments
 - :mod:`flashlib.constants`       LOG2E, LN2, the default tile BLOCK_Q x BLOCK_K, compute_dtype

@@ -19,6 +19,7 @@ import numpy as np
 
 from flashlib._validate import Problem, check_backward_problem, check_no_overflow
 from flashlib.constants import BLOCK_K, BLOCK_Q, compute_dtype
+from flashlib.hbm import PLAIN, Memory
 from flashlib.masks import tile_mask
 
 __all__ = ["flash2_backward", "flash_attention_backward"]
@@ -26,30 +27,32 @@ __all__ = ["flash2_backward", "flash_attention_backward"]
 
 def flash2_backward(
     Q: np.ndarray, K: np.ndarray, V: np.ndarray, O: np.ndarray, L: np.ndarray, dO: np.ndarray,
-    B_r: int, B_c: int,
+    B_r: int, B_c: int, mem: Memory = PLAIN,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """FlashAttention-2 backward (Dao 2023, Algorithm 2), one head: P is recomputed, not stored.
 
     Q: (N_q, d), K: (N_k, d), V: (N_k, d_v), O and dO: (N_q, d_v), L: (N_q,) from
-    :func:`flashlib.flash.flash2_forward` -> dQ, dK, dV shaped like Q, K, V.
+    :func:`flashlib.flash.flash2_forward` -> dQ, dK, dV shaped like Q, K, V.  Every HBM access
+    goes through ``mem`` (:mod:`flashlib.hbm`; plain numpy by default).
     """
-    N_q, N_k, scale = Q.shape[0], K.shape[0], 1 / math.sqrt(Q.shape[1])
-    D = np.sum(dO * O, axis=1)  # (N_q,): D_i = rowsum(dO_i * O_i)
-    dQ, dK, dV = np.zeros_like(Q), np.zeros_like(K), np.zeros_like(V)
-    for j in range(0, N_k, B_c):  # outer loop: K_j, V_j; dK_j, dV_j accumulate in SRAM
-        K_j, V_j = K[j : j + B_c], V[j : j + B_c]  # (B_c, d), (B_c, d_v)
-        dK_j, dV_j = np.zeros_like(K_j), np.zeros_like(V_j)
-        for i in range(0, N_q, B_r):  # inner loop: Q_i, dO_i, L_i, D_i
-            Q_i, dO_i = Q[i : i + B_r], dO[i : i + B_r]  # (B_r, d), (B_r, d_v)
-            L_i, D_i = L[i : i + B_r], D[i : i + B_r]  # (B_r,) each
+    N_q, scale = Q.shape[0], 1 / math.sqrt(Q.shape[1])
+    D = mem.empty("D", (N_q,), Q.dtype)
+    for i, O_i, dO_i in mem.blocks(B_r, O, dO):  # D_i = rowsum(dO_i * O_i), written to HBM
+        mem.write(D, i, np.sum(dO_i * O_i, axis=1))
+    dQ = mem.full("dQ", Q.shape, 0.0, Q.dtype)  # initialise dQ = 0 in HBM
+    dK, dV = mem.empty("dK", K.shape, K.dtype), mem.empty("dV", V.shape, V.dtype)
+    for j, K_j, V_j in mem.blocks(B_c, K, V):  # outer loop: load K_j, V_j to SRAM
+        dK_j, dV_j = mem.on_chip(dK_j=np.zeros_like(K_j), dV_j=np.zeros_like(V_j))
+        for i, Q_i, dO_i, dQ_i, L_i, D_i in mem.blocks(B_r, Q, dO, dQ, L, D):  # inner loop
             S_ij = scale * (Q_i @ K_j.T)  # (B_r, B_c)
             P_ij = np.exp(S_ij - L_i[:, None])  # (B_r, B_c): recomputed from L_i
             dV_j += P_ij.T @ dO_i  # (B_c, d_v)
             dP_ij = dO_i @ V_j.T  # (B_r, B_c)
             dS_ij = P_ij * (dP_ij - D_i[:, None])  # (B_r, B_c)
-            dQ[i : i + B_r] += scale * (dS_ij @ K_j)  # (B_r, d), written back to HBM
+            mem.write(dQ, i, dQ_i + scale * (dS_ij @ K_j))  # dQ_i updated in HBM
             dK_j += scale * (dS_ij.T @ Q_i)  # (B_c, d)
-        dK[j : j + B_c], dV[j : j + B_c] = dK_j, dV_j  # written to HBM once
+        mem.write(dK, j, dK_j)  # dK_j, dV_j written to HBM once
+        mem.write(dV, j, dV_j)
     return dQ, dK, dV
 
 

@@ -42,6 +42,7 @@ from flashlib._validate import (
     results_are_finite,
 )
 from flashlib.constants import BLOCK_K, BLOCK_Q, LN2, LOG2E, compute_dtype
+from flashlib.hbm import PLAIN, Memory
 from flashlib.masks import hide_above_diagonal, key_stop, straddles_diagonal, tile_mask
 
 __all__ = ["flash2_forward", "flash_attention", "workspace_bytes", "STALE_LIMIT"]
@@ -57,22 +58,20 @@ STALE_LIMIT = 2.0**16
 
 
 def flash2_forward(
-    Q: np.ndarray, K: np.ndarray, V: np.ndarray, B_r: int, B_c: int
+    Q: np.ndarray, K: np.ndarray, V: np.ndarray, B_r: int, B_c: int, mem: Memory = PLAIN
 ) -> tuple[np.ndarray, np.ndarray]:
     """FlashAttention-2 forward (Dao 2023, Algorithm 1), one head.
 
     Q: (N_q, d), K: (N_k, d), V: (N_k, d_v) -> O: (N_q, d_v) and the logsumexp L: (N_q,).
+    Every HBM access goes through ``mem`` (:mod:`flashlib.hbm`; plain numpy by default).
     """
-    N_q, N_k, d_v = Q.shape[0], K.shape[0], V.shape[1]
-    scale = 1 / math.sqrt(Q.shape[1])
-    O, L = np.zeros((N_q, d_v), Q.dtype), np.zeros(N_q, Q.dtype)  # in HBM
-    for i in range(0, N_q, B_r):  # outer loop: one block of queries
-        Q_i = Q[i : i + B_r]  # (B_r, d)
-        O_i = np.zeros((len(Q_i), d_v), Q.dtype)  # (B_r, d_v), unnormalised
-        l_i = np.zeros(len(Q_i), Q.dtype)  # (B_r,): running sum of exp(S_ij - m_i)
-        m_i = np.full(len(Q_i), -np.inf, Q.dtype)  # (B_r,): running row maximum
-        for j in range(0, N_k, B_c):  # inner loop: every block of keys and values
-            K_j, V_j = K[j : j + B_c], V[j : j + B_c]  # (B_c, d), (B_c, d_v)
+    N_q, d_v, scale = Q.shape[0], V.shape[1], 1 / math.sqrt(Q.shape[1])
+    O, L = mem.empty("O", (N_q, d_v), Q.dtype), mem.empty("L", (N_q,), Q.dtype)  # in HBM
+    for i, Q_i in mem.blocks(B_r, Q):  # outer loop: load Q_i to SRAM
+        O_i, l_i, m_i = mem.on_chip(  # on chip: unnormalised output, running sum and maximum
+            O_i=np.zeros((len(Q_i), d_v), Q.dtype), l_i=np.zeros(len(Q_i), Q.dtype),
+            m_i=np.full(len(Q_i), -np.inf, Q.dtype))
+        for _, K_j, V_j in mem.blocks(B_c, K, V):  # inner loop: load K_j, V_j to SRAM
             S_ij = scale * (Q_i @ K_j.T)  # (B_r, B_c)
             m_new = np.maximum(m_i, S_ij.max(axis=1))  # (B_r,)
             P_ij = np.exp(S_ij - m_new[:, None])  # (B_r, B_c): P~_ij, unnormalised
@@ -80,8 +79,8 @@ def flash2_forward(
             l_i = alpha * l_i + P_ij.sum(axis=1)
             O_i = alpha[:, None] * O_i + P_ij @ V_j
             m_i = m_new
-        O[i : i + B_r] = O_i / l_i[:, None]  # the one division, at the end
-        L[i : i + B_r] = m_i + np.log(l_i)  # logsumexp, saved for the backward pass
+        mem.write(O, i, O_i / l_i[:, None])  # the one division, at the end; write O_i
+        mem.write(L, i, m_i + np.log(l_i))  # logsumexp, saved for the backward pass
     return O, L
 
 

@@ -18,24 +18,26 @@ import numpy as np
 
 from flashlib._validate import Problem, check_no_overflow, check_problem, results_are_finite
 from flashlib.constants import BLOCK_K, BLOCK_Q, compute_dtype
+from flashlib.hbm import PLAIN, Memory
 from flashlib.masks import key_stop, tile_mask
 
 __all__ = ["flash1_forward", "flash_attention_v1"]
 
 
-def flash1_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, B_r: int, B_c: int) -> np.ndarray:
+def flash1_forward(
+    Q: np.ndarray, K: np.ndarray, V: np.ndarray, B_r: int, B_c: int, mem: Memory = PLAIN
+) -> np.ndarray:
     """FlashAttention (Dao et al. 2022, Algorithm 1), one head: O, l and m live in "HBM".
 
-    Q: (N_q, d), K: (N_k, d), V: (N_k, d_v) -> O: (N_q, d_v).
+    Q: (N_q, d), K: (N_k, d), V: (N_k, d_v) -> O: (N_q, d_v).  Every HBM access goes through
+    ``mem`` (:mod:`flashlib.hbm`: plain numpy by default, or a counting memory).
     """
-    N_q, N_k, scale = Q.shape[0], K.shape[0], 1 / math.sqrt(Q.shape[1])
-    O = np.zeros((N_q, V.shape[1]), Q.dtype)  # (N_q, d_v), in HBM
-    l = np.zeros(N_q, Q.dtype)  # (N_q,), in HBM
-    m = np.full(N_q, -np.inf, Q.dtype)  # (N_q,), in HBM
-    for j in range(0, N_k, B_c):  # outer loop: load K_j, V_j to SRAM
-        K_j, V_j = K[j : j + B_c], V[j : j + B_c]  # (B_c, d), (B_c, d_v)
-        for i in range(0, N_q, B_r):  # inner loop: load Q_i, O_i, l_i, m_i to SRAM
-            Q_i, O_i, l_i, m_i = Q[i : i + B_r], O[i : i + B_r], l[i : i + B_r], m[i : i + B_r]
+    N_q, d_v, scale = Q.shape[0], V.shape[1], 1 / math.sqrt(Q.shape[1])
+    O = mem.full("O", (N_q, d_v), 0.0, Q.dtype)  # initialise O, l, m in HBM
+    l = mem.full("l", (N_q,), 0.0, Q.dtype)
+    m = mem.full("m", (N_q,), -np.inf, Q.dtype)
+    for _, K_j, V_j in mem.blocks(B_c, K, V):  # outer loop: load K_j, V_j to SRAM
+        for i, Q_i, O_i, l_i, m_i in mem.blocks(B_r, Q, O, l, m):  # load Q_i, O_i, l_i, m_i
             S_ij = scale * (Q_i @ K_j.T)  # (B_r, B_c)
             m_tilde_ij = S_ij.max(axis=1)  # (B_r,): the block's row maximum
             P_tilde_ij = np.exp(S_ij - m_tilde_ij[:, None])  # (B_r, B_c)
@@ -44,8 +46,9 @@ def flash1_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, B_r: int, B_c: i
             alpha, beta = np.exp(m_i - m_new), np.exp(m_tilde_ij - m_new)  # (B_r,) each
             l_new = alpha * l_i + beta * l_tilde_ij  # (B_r,)
             O_new = (l_i * alpha)[:, None] * O_i + beta[:, None] * (P_tilde_ij @ V_j)
-            O[i : i + B_r] = O_new / l_new[:, None]  # diag(l_new)^-1: O_i stays normalised
-            l[i : i + B_r], m[i : i + B_r] = l_new, m_new  # write l_i, m_i back to HBM
+            mem.write(O, i, O_new / l_new[:, None])  # diag(l_new)^-1: O_i stays normalised
+            mem.write(l, i, l_new)  # write l_i, m_i back to HBM
+            mem.write(m, i, m_new)
     return O
 
 

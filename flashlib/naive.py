@@ -23,6 +23,7 @@ from flashlib._validate import (
     check_problem,
 )
 from flashlib.constants import compute_dtype
+from flashlib.hbm import PLAIN, Memory
 from flashlib.masks import visible_keys
 from flashlib.stable_softmax import safe_softmax
 
@@ -34,15 +35,18 @@ __all__ = [
 ]
 
 
-def standard_attention(Q: np.ndarray, K: np.ndarray, V: np.ndarray) -> np.ndarray:
-    """Standard attention (Dao et al. 2022, Algorithm 0), one head.
+def standard_attention(
+    Q: np.ndarray, K: np.ndarray, V: np.ndarray, mem: Memory = PLAIN
+) -> np.ndarray:
+    """Standard attention (Dao et al. 2022, Algorithm 0), one head: S and P go through HBM.
 
-    Q: (N_q, d), K: (N_k, d), V: (N_k, d_v) -> O: (N_q, d_v).
+    Q: (N_q, d), K: (N_k, d), V: (N_k, d_v) -> O: (N_q, d_v).  Every HBM access goes through
+    ``mem`` (:mod:`flashlib.hbm`; plain numpy by default).
     """
     scale = 1 / math.sqrt(Q.shape[1])
-    S = scale * (Q @ K.T)  # (N_q, N_k): written to HBM
-    P = safe_softmax(S)  # (N_q, N_k): S read back, P written
-    O = P @ V  # (N_q, d_v): P read back
+    S = mem.put("S", scale * (mem.read(Q) @ mem.read(K).T))  # 1. read Q, K; write S: (N_q, N_k)
+    P = mem.put("P", safe_softmax(mem.read(S)))  # 2. read S; write P = softmax(S): (N_q, N_k)
+    O = mem.put("O", mem.read(P) @ mem.read(V))  # 3. read P, V; write O = P V: (N_q, d_v)
     return O
 
 

@@ -15,7 +15,7 @@ import tomllib
 ROOT = Path(__file__).resolve().parents[1]
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 #: The subpackages of flashlib that are not numerics (each forbidden to the numeric modules).
-NOT_NUMERICS = {"book", "bench"}
+NOT_NUMERICS = {"book", "bench", "gpu"}
 
 
 def _contracts() -> list[dict]:
@@ -24,7 +24,12 @@ def _contracts() -> list[dict]:
 
 
 def _numerics_contract() -> dict:
-    (contract,) = [c for c in _contracts() if c["type"] == "forbidden"]
+    (contract,) = [c for c in _contracts() if c["name"].startswith("numerics need numpy only")]
+    return contract
+
+
+def _ml_dtypes_contract() -> dict:
+    (contract,) = [c for c in _contracts() if c["name"].startswith("ml_dtypes only")]
     return contract
 
 
@@ -37,7 +42,7 @@ def _lint_imports(cwd: Path) -> subprocess.CompletedProcess:
 def test_import_contracts_are_kept():
     result = _lint_imports(ROOT)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    assert "2 kept, 0 broken" in result.stdout
+    assert "5 kept, 0 broken" in result.stdout
 
 
 def test_every_numeric_module_is_under_the_contract():
@@ -57,13 +62,29 @@ def test_every_numeric_module_is_under_the_contract():
     for name in NOT_NUMERICS:
         assert {f"flashlib.{name}", f"flashlib.{name}.**"} <= forbidden, name
     assert {"matplotlib", "ipywidgets", "IPython", "torch", "threadpoolctl", "tqdm", "tabulate",
-            "yaml"} <= forbidden
+            "yaml", "triton", "flash_attn"} <= forbidden
+
+
+def test_ml_dtypes_stays_optional():
+    """Only flashlib.precision and flashlib.fp8 import ml_dtypes (flashlib.accuracy lazily):
+    every other numeric module is under the contract that forbids it."""
+    contract = _ml_dtypes_contract()
+    numerics = set(_numerics_contract()["source_modules"])
+    optional = {"flashlib.precision", "flashlib.fp8", "flashlib.accuracy"}
+    assert set(contract["source_modules"]) == numerics - optional
+    assert {"ml_dtypes", "flashlib.precision", "flashlib.fp8"} <= set(
+        contract["forbidden_modules"])
 
 
 @pytest.mark.parametrize(("module", "line", "culprit"), [
     ("masks.py", "import matplotlib.pyplot", "matplotlib"),
+    ("naive.py", "import ml_dtypes", "ml_dtypes"),
+    ("__init__.py", "from flashlib.precision import round_to", "flashlib.precision"),
     ("__init__.py", "from flashlib.book.widgets import interactive_figure", "flashlib.book"),
     ("bench/report.py", "from flashlib.book import glue", "flashlib.book"),
+    ("flash.py", "import flashlib.gpu.device", "flashlib.gpu"),
+    ("gpu/grid.py", "import torch", "torch"),
+    ("gpu/kernels.py", "from flashlib.book import glue", "flashlib.book"),
 ])
 def test_a_forbidden_import_breaks_the_contracts(tmp_path, module, line, culprit):
     """The contracts can fail: a copy of the package with one forbidden import is refused."""

@@ -33,6 +33,11 @@ def _parse_blocks(text: str) -> list[tuple[int, int]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["gpu"]:  # the GPU suite has its own options: flashlib.bench.gpu
+        from flashlib.bench.gpu import main as gpu_main
+
+        return gpu_main(args_list[1:])
     from flashlib import bench
 
     missing = missing_dependencies()
@@ -47,7 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m flashlib.bench", description=bench.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("suite", choices=SUITES, nargs="?", default="cpu")
+    parser.add_argument("suite", choices=SUITES, nargs="?", default="cpu",
+                        help="cpu or ladder; `python -m flashlib.bench gpu --help` for the "
+                        "GPU suite")
     parser.add_argument("--n", type=int, nargs="+", default=list(DEFAULT_NS),
                         help="sequence lengths n = n_q = n_k (default: %(default)s)")
     parser.add_argument("--heads", type=int, default=8)

@@ -25,6 +25,10 @@ flashlib.book.exercises.intro           the Introduction
 flashlib.book.exercises.overflow        The overflow problem
 flashlib.book.exercises.online_softmax  Online softmax
 flashlib.book.exercises.ladder          The optimisation ladder
+flashlib.book.exercises.tiling          Tiling
+flashlib.book.exercises.io_model        The HBM IO model
+flashlib.book.exercises.gpu             On a real GPU (Triton kernels, run in the interpreter
+                                        without a GPU)
 """
 
 from __future__ import annotations

@@ -1,0 +1,220 @@
+"""Checkers for the exercises of the HBM IO model chapter (book/io-model.md).
+
+check_standard_count   Algorithm 0's HBM accesses: ``count(N, d)`` or a number for
+                       :data:`STANDARD_PROBLEM`
+check_io_count         ``io_count(N, d, M, order) -> int`` against the counting memory
+check_crossover        the M below which FlashAttention moves more than standard attention:
+                       ``crossover(N, d)`` or a number for :data:`CROSSOVER_PROBLEM`
+check_split_kv_merge   ``merge(a, b)`` of partial states, then used to merge the split-KV
+                       partial results of one decoding query
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker
+from flashlib.book.exercises.online_softmax import check_merge
+from flashlib.io_model import block_sizes, crossover_M, io_count, traffic
+from flashlib.naive import standard_attention
+from flashlib.online import finalize_partial, partial_attention
+from flashlib.schedule import count_io
+
+__all__ = [
+    "STANDARD_PROBLEM",
+    "CROSSOVER_PROBLEM",
+    "CROSSOVER_CASES",
+    "check_standard_count",
+    "check_io_count",
+    "check_crossover",
+    "check_split_kv_merge",
+]
+
+#: The shape of :func:`check_standard_count`'s question when the answer is a number.
+STANDARD_PROBLEM = {"N": 1024, "d": 64}
+#: The shape of :func:`check_crossover`'s question.
+CROSSOVER_PROBLEM = {"N": 1024, "d": 64}
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+
+
+def _standard_hint(got: float, N: int, d: int) -> str:
+    """One line on what an Algorithm 0 count missed."""
+    n2, nd = N * N, N * d
+    known = {
+        2 * n2 + 4 * nd: "S and P are each written and then read back: four N^2 transfers "
+                         "(S written, S read, P written, P read), you counted two",
+        3 * n2 + 4 * nd: "one of the four N^2 transfers is missing: S is written and read "
+                         "back, and so is P",
+        n2 + 4 * nd: "three of the four N^2 transfers are missing: S is written and read back, "
+                     "and so is P",
+        4 * nd: "no N^2 term: S and P are N x N matrices that go to HBM and back",
+        4 * n2 + 3 * nd: "an N d term is missing: Q, K and V are read and O is written",
+        4 * n2 + 2 * nd: "two N d terms are missing: Q, K and V are read and O is written",
+        2 * n2 + 3 * nd: "those are the reads only; add the writes (S, P and O)",
+        2 * n2 + nd: "those are the writes only; add the reads (Q, K, S, P and V)",
+        2 * (4 * n2 + 4 * nd): "that is bytes in fp16; count elements",
+        4 * (4 * n2 + 4 * nd): "that is bytes in fp32; count elements",
+        3 * n2 + 3 * nd: "count every line: 1. read Q, K, write S; 2. read S, write P; "
+                         "3. read P, V, write O",
+    }
+    return known.get(got, "go line by line: 1. read Q, K (2 N d), write S (N^2); 2. read S, "
+                          "write P; 3. read P and V, write O")
+
+
+@checker("Algorithm 0's HBM accesses")
+def check_standard_count(fb: Feedback, answer: Any) -> None:
+    """Check Algorithm 0's count of elements read plus written: a function ``count(N, d)``,
+    or a number for :data:`STANDARD_PROBLEM`."""
+    if answer is None:
+        fb.fail("not attempted yet: replace None with your count")
+        return
+    cases = ([(STANDARD_PROBLEM["N"], STANDARD_PROBLEM["d"])] if not callable(answer) else
+             [(1024, 64), (4096, 128), (100, 7), (1, 1)])
+    for N, d in cases:
+        name = f"N = {N}, d = {d}"
+        with fb.case(name):
+            got = call_learner(answer, N, d)[0] if callable(answer) else answer
+            if not _is_number(got):
+                raise LearnerError(f"give a number, got {got!r}")
+            want = traffic("standard", N, N, d).total
+            if got == want:
+                fb.ok(f"{name}: {want:,} elements (4 N^2 + 4 N d)")
+            else:
+                fb.fail(f"{name}: {got:,} is not right: {_standard_hint(got, N, d)}")
+                return
+
+
+def _io_variants(N: int, d: int, M: int, order: str) -> list[tuple[int, str]]:
+    """Totals of the usual mistakes in ``io_count``, with what each one missed."""
+    B_r, B_c = block_sizes(M, d, order)
+    T_r, T_c = -(-N // B_r), -(-N // B_c)
+    right = traffic(order, N, N, d, B_r=B_r, B_c=B_c)
+    other = "v2" if order == "v1" else "v1"
+    out = [(traffic(other, N, N, d, B_r=B_r, B_c=B_c).total,
+            f"that is the other order's count ({other}); {order} re-reads "
+            + ("Q, O, l, m once per key block" if order == "v1" else
+               "K and V once per query block")),
+           (right.total_reads, "those are the reads only; add the writes"),
+           (2 * right.total, "that is bytes in fp16; count elements")]
+    if order == "v1":
+        out += [(right.total - N * (d + 2), "O, l and m are initialised in HBM first: N (d + 2) "
+                 "more writes"),
+                (right.total - 2 * T_c * N - 2 * (T_c + 1) * N, "l and m move too: each is "
+                 "read and written with O, N elements per key block"),
+                (right.total - 2 * T_c * N - 2 * (T_c + 1) * N - N * d, "l and m move too, "
+                 "and O, l, m are initialised in HBM")]
+        if N % B_c:
+            floor_c = N // B_c
+            out.append((right.total - (T_c - floor_c) * N * (3 * d + 4),
+                        "there are ceil(N / B_c) key blocks: the last, shorter one counts"))
+    else:
+        out += [(right.total - N, "L is written too: N more elements")]
+        if N % B_r:
+            out.append((right.total - (T_r - N // B_r) * 2 * N * d,
+                        "there are ceil(N / B_r) query blocks: the last, shorter one counts"))
+    return out
+
+
+#: (N, d, M) of :func:`check_io_count`: exact multiples and ragged tails, small and large M.
+IO_CASES = [(64, 8, 256), (100, 16, 1000), (100, 16, 100), (257, 4, 300), (50, 8, 400),
+            (33, 16, 16 * 33)]
+
+
+@checker("io_count")
+def check_io_count(fb: Feedback, fn: Callable[[int, int, int, str], Any]) -> None:
+    """Check ``io_count(N, d, M, order) -> int``, the elements read plus written by "v1" and
+    "v2" with ``flashlib.io_model.block_sizes(M, d, order)``, against a counting memory
+    running the teaching functions."""
+    for N, d, M in IO_CASES:
+        for order in ("v1", "v2"):
+            name = f"{order}, N = {N}, d = {d}, M = {M}"
+            with fb.case(name):
+                got, _ = call_learner(fn, N, d, M, order)
+                if not _is_number(got):
+                    raise LearnerError(f"return a number, got {got!r}")
+                want = count_io(N, d, M, order, rule="paper")
+                if got == want:
+                    continue
+                hint = next((h for v, h in _io_variants(N, d, M, order) if got == v),
+                            f"the counting memory moved {want:,} elements")
+                fb.fail(f"{name}: {got:,} is not right: {hint}")
+                return
+    fb.ok(f"equal to the counting memory for both orders on {len(IO_CASES)} (N, d, M)")
+
+
+#: (N, d) of :func:`check_crossover` when the answer is a function.
+CROSSOVER_CASES = [(1024, 64), (4096, 128), (512, 16)]
+
+
+@checker("the crossover M")
+def check_crossover(fb: Feedback, answer: Any) -> None:
+    """Check the M (elements) below which Algorithm 1 (the paper's blocks) moves more than
+    standard attention: a function ``crossover(N, d)`` (checked on :data:`CROSSOVER_CASES`)
+    or a number for :data:`CROSSOVER_PROBLEM`.  Any M in the block size on either side of
+    the threshold is accepted (the counts change only when ceil(M / 4d) does)."""
+    if answer is None:
+        fb.fail("not attempted yet: replace None with your M")
+        return
+    cases = CROSSOVER_CASES if callable(answer) else [tuple(CROSSOVER_PROBLEM.values())]
+    for N, d in cases:
+        name = f"N = {N}, d = {d}"
+        with fb.case(name):
+            got = call_learner(answer, N, d)[0] if callable(answer) else answer
+            if not _is_number(got) or not math.isfinite(float(got)) or got <= 0:
+                raise LearnerError(f"give M as a positive number of elements, got {got!r}")
+            M_star = crossover_M(N, d)
+            std = io_count(N, d, None, "standard")
+            if M_star - 4 * d <= got < M_star + 4 * d:
+                fb.ok(f"{name}: M = {got:g}; the threshold is M = {M_star:,} elements (about "
+                      f"{M_star / d**2:.1f} d^2); below it Algorithm 1 moves more than the "
+                      f"{std:,} of standard attention")
+                continue
+            flash = io_count(N, d, int(min(max(got, d), N * d)), "v1")
+            verdict = "more" if flash > std else "fewer"
+            hint = ": compare io_count at several M"
+            for factor, unit in ((2, "fp16"), (4, "fp32")):
+                if M_star - 4 * d <= got / factor < M_star + 4 * d:
+                    hint = f": that is bytes in {unit}; M counts elements"
+            fb.fail(f"{name}: at M = {got:g} Algorithm 1 moves {flash:,} elements, {verdict} "
+                    f"than standard attention's {std:,}{hint}")
+            return
+
+
+@checker("merging split-KV partial results")
+def check_split_kv_merge(fb: Feedback, fn: Callable[[Any, Any], Any]) -> None:
+    """Check ``merge(a, b) -> (m, l, acc)`` with the online-softmax chapter's merge checker,
+    then use it to combine the partial results of 4 programs that each attended to a quarter
+    of a decoding query's KV cache."""
+    first = check_merge(fn)
+    fb.passes += first.passes
+    fb.problems += first.problems
+    if fb.problems:
+        return
+    rng = np.random.default_rng(3)
+    N, d, splits = 1000, 16, 4
+    q = rng.standard_normal((1, d)) * 2
+    K, V = rng.standard_normal((N, d)), rng.standard_normal((N, d))
+    s = q @ K.T / math.sqrt(d)
+    size = -(-N // splits)
+    parts = [partial_attention(s[:, j : j + size], V[j : j + size]) for j in range(0, N, size)]
+    name = f"one decoding query, {N} keys in {splits} splits"
+    with fb.case(name):
+        merged = functools.reduce(lambda a, b: call_learner(fn, a, b)[0], parts)
+        try:
+            out = finalize_partial(tuple(np.asarray(x, dtype=np.float64) for x in merged))
+        except (TypeError, ValueError) as err:
+            raise LearnerError(f"return (m, l, acc), got {type(merged).__name__}") from err
+        err = float(np.max(np.abs(out - standard_attention(q, K, V))))
+        if err <= 1e-12:
+            fb.ok(f"{name}: merged and finalised, equals attention over the whole cache")
+        else:
+            fb.fail(f"{name}: the merged result differs from attention over all keys by "
+                    f"{err:.3g}")

@@ -1,0 +1,388 @@
+"""One executable schedule: the chapters' tiled functions run against a counting memory, and
+their event log is what the tiling chapter counts, animates and tests.
+
+:func:`run_counted`      a teaching function run on a :class:`flashlib.hbm.CountingMemory`:
+                         its output and the memory (counts per array, the log, the SRAM peak)
+:func:`logged_tiles`     the tiles (i, j) in the order a loop order computes them
+:func:`schedule_counts`  loads, stores, tiles, rescales and normalisations, from a log
+:func:`count_io`         elements moved for (N, d, M, order), counted by a run
+:func:`tiling_frames`    the tiling widget's data for one (n, B_r, B_c, order): one entry per
+                         step, JSON-able, drawn by the page's script or a live notebook
+:func:`tiling_widget_data`  the same for a grid of sizes
+:func:`simulate_parallel_outer_loop`  workers sharing the outer loop: Algorithm 1's order
+                         loses updates of O_i, l_i, m_i, FlashAttention-2's order cannot
+:func:`exactness_table`  error against a float64 reference for given block shapes
+
+Orders: "v1" (Algorithm 1, :func:`flashlib.flash_v1.flash1_forward`), "v2" (FlashAttention-2,
+:func:`flashlib.flash.flash2_forward`); :func:`run_counted` also takes "standard"
+(Algorithm 0) and "backward" (:func:`flashlib.backward.flash2_backward`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from flashlib._validate import check_int
+from flashlib.backward import flash2_backward
+from flashlib.flash import flash2_forward
+from flashlib.flash_v1 import flash1_forward
+from flashlib.hbm import CountingMemory, Event, HBMArray
+from flashlib.io_model import block_sizes
+from flashlib.naive import standard_attention
+
+__all__ = [
+    "ORDERS",
+    "CountedRun",
+    "run_counted",
+    "logged_tiles",
+    "schedule_counts",
+    "count_io",
+    "tiling_frames",
+    "tiling_widget_data",
+    "ParallelRun",
+    "simulate_parallel_outer_loop",
+    "exactness_table",
+]
+
+#: The two loop orders of the tiling chapter.
+ORDERS = ("v1", "v2")
+#: The arrays in the order the widget lists them.
+ARRAY_ORDER = ("Q", "K", "V", "O", "l", "m", "L", "dO", "dQ", "D", "dK", "dV", "S", "P")
+
+
+def _check_order(order: object, allowed: Sequence[str]) -> str:
+    if order not in allowed:
+        raise ValueError(f"order must be one of {tuple(allowed)}, got {order!r}")
+    return order  # type: ignore[return-value]
+
+
+class CountedRun(NamedTuple):
+    """A teaching function's result (arrays, or a tuple of them) and the memory it ran on."""
+
+    output: Any
+    mem: CountingMemory
+
+
+def run_counted(order: str, Q: np.ndarray, K: np.ndarray, V: np.ndarray,
+                B_r: int | None = None, B_c: int | None = None, *, M: int | None = None,
+                dO: np.ndarray | None = None) -> CountedRun:
+    """Run the teaching function of ``order`` on a counting memory with an SRAM of ``M``
+    elements (None: unbounded); raises :class:`flashlib.hbm.SRAMCapacityError` when a step
+    does not fit.
+
+    order: "standard" (Algorithm 0; blocks ignored), "v1", "v2" (output O, and L for "v2"),
+    or "backward" (dO required; O and L come from an uncounted :func:`flash2_forward`;
+    output dQ, dK, dV).  Q: (N_q, d), K: (N_k, d), V: (N_k, d_v), dO: (N_q, d_v).
+    """
+    order = _check_order(order, ("standard", "v1", "v2", "backward"))
+    mem = CountingMemory(M, score_tiles=2 if order == "backward" else 1)
+    if order == "backward":
+        if dO is None:
+            raise ValueError("order='backward' needs dO")
+        O, L = flash2_forward(Q, K, V, B_r, B_c)
+        args = mem.inputs(Q=Q, K=K, V=V, O=O, L=L, dO=dO)
+        return CountedRun(tuple(np.asarray(g) for g in flash2_backward(*args, B_r, B_c, mem)),
+                          mem)
+    q, k, v = mem.inputs(Q=Q, K=K, V=V)
+    if order == "standard":
+        out: Any = np.asarray(standard_attention(q, k, v, mem))
+    elif order == "v1":
+        out = np.asarray(flash1_forward(q, k, v, B_r, B_c, mem))
+    else:
+        out = tuple(np.asarray(x) for x in flash2_forward(q, k, v, B_r, B_c, mem))
+    return CountedRun(out, mem)
+
+
+def _random_problem(n_q: int, n_k: int, d: int, seed: int = 0, dtype: Any = np.float64
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return tuple(rng.standard_normal(shape).astype(dtype)
+                 for shape in ((n_q, d), (n_k, d), (n_k, d)))  # type: ignore[return-value]
+
+
+def _tiles(log: Iterable[Event]) -> list[tuple[int, int]]:
+    return [(e.i, e.j) for e in log if e.op == "tile"]
+
+
+def logged_tiles(n_q: int, n_k: int, B_r: int, B_c: int, order: str) -> list[tuple[int, int]]:
+    """The tiles (query block i, key block j), 0-based, in the order the teaching function of
+    ``order`` ("v1" or "v2") computes them: read from the event log of a run (d = 2)."""
+    order = _check_order(order, ORDERS)
+    n_q, n_k = check_int(n_q, "n_q", minimum=1), check_int(n_k, "n_k", minimum=1)
+    B_r, B_c = check_int(B_r, "B_r", minimum=1), check_int(B_c, "B_c", minimum=1)
+    return _tiles(run_counted(order, *_random_problem(n_q, n_k, 2), B_r, B_c).mem.log)
+
+
+def schedule_counts(log: Iterable[Event]) -> dict[str, Any]:
+    """Counts from an event log: ``tiles``; per array the block ``loads``, block ``stores``,
+    whole-array ``inits`` (writes outside any loop) and elements ``read`` and ``written``;
+    ``rescales`` (one per tile: the running O_i times diag(e^(m_i - m_new))) and
+    ``normalisations`` (one per block store of O: O_i divided by diag(l_i) first).  The
+    closed forms are :func:`flashlib.io_model.block_counts` and :func:`~flashlib.io_model.traffic`.
+    """
+    loads: dict[str, int] = {}
+    stores: dict[str, int] = {}
+    inits: dict[str, int] = {}
+    read: dict[str, int] = {}
+    written: dict[str, int] = {}
+    tiles = 0
+    for e in log:
+        if e.op == "tile":
+            tiles += 1
+        elif e.op == "read":
+            read[e.name] = read.get(e.name, 0) + e.elements
+            if e.i is not None:
+                loads[e.name] = loads.get(e.name, 0) + 1
+        else:
+            written[e.name] = written.get(e.name, 0) + e.elements
+            target = stores if e.i is not None else inits
+            target[e.name] = target.get(e.name, 0) + 1
+    return {"tiles": tiles, "loads": loads, "stores": stores, "inits": inits, "read": read,
+            "written": written, "rescales": tiles, "normalisations": stores.get("O", 0)}
+
+
+def count_io(N: int, d: int, M: int | None, order: str, *, rule: str = "fit",
+             seed: int = 0) -> int:
+    """Elements moved (read + written) by a run of ``order`` on random N x d inputs, with the
+    blocks :func:`flashlib.io_model.block_sizes` derives from M under ``rule``, on an SRAM of
+    M elements (unbounded for ``rule="paper"``, whose step may exceed M by a constant factor;
+    ignored for "standard")."""
+    order = _check_order(order, ("standard", "v1", "v2", "backward"))
+    Q, K, V = _random_problem(N, N, d, seed, np.float32)
+    if order == "standard":
+        return run_counted("standard", Q, K, V).mem.total
+    B_r, B_c = block_sizes(M, d, order, rule=rule)
+    capacity = M if rule == "fit" else None
+    dO = np.random.default_rng(seed + 1).standard_normal((N, d)).astype(np.float32)
+    return run_counted(order, Q, K, V, B_r, B_c, M=capacity, dO=dO).mem.total
+
+
+# --- the tiling widget's data ---------------------------------------------------------------
+
+def _steps(log: Sequence[Event]) -> list[list[Event]]:
+    """Group a log into steps: step 0 holds what happens before the first tile; step k the
+    loads of tile k, the tile, and the writes after it.  A read goes with the next tile, or
+    with the next write when that comes first (D's pre-pass in the backward)."""
+    steps: list[list[Event]] = [[]]
+    pending: list[Event] = []
+    for e in log:
+        if e.op == "read":
+            pending.append(e)
+        elif e.op == "tile":
+            steps.append(pending + [e])
+            pending = []
+        else:
+            steps[-1] += pending + [e]
+            pending = []
+    steps[-1] += pending
+    return steps
+
+
+def _sig(x: float, digits: int = 4) -> float | None:
+    """``x`` to ``digits`` significant digits, for JSON (None for non-finite)."""
+    if not math.isfinite(x):
+        return None
+    return float(f"{x:.{digits}g}")
+
+
+def tiling_frames(n: int, B_r: int, B_c: int, order: str, *, n_k: int | None = None,
+                  d: int = 4, row: int | None = None, seed: int = 0) -> dict[str, Any]:
+    """The tiling widget's data for one (n, B_r, B_c, order): a JSON-able dict.
+
+    The teaching function of ``order`` runs on random inputs (n query rows, n_k = n key rows
+    by default, head dimension d) against a counting memory; its log, grouped into steps (step
+    0: before the first tile; step k: tile k with its loads and writes), gives per step:
+
+    tile           [i, j], the tile computed (None at step 0)
+    events         the HBM transfers of the step: [op, array, block] (block None: whole array)
+    sram           what SRAM holds during the tile: [array, block] pairs ("S": the tile)
+    sram_elements  its size in elements
+    reads, writes  elements read / written so far, per array (in the order of ``arrays``)
+    done           the query blocks whose rows of O are final
+    keys_seen, m, l  for the chosen ``row`` (default n // 2): how many keys its running
+                   maximum m and sum l cover, and their values (4 significant digits)
+
+    and, for the whole run: n, n_k, d, B_r, B_c, order, T_r, T_c, row, arrays.
+    """
+    order = _check_order(order, ORDERS)
+    n = check_int(n, "n", minimum=1)
+    n_k = n if n_k is None else check_int(n_k, "n_k", minimum=1)
+    B_r, B_c = check_int(B_r, "B_r", minimum=1), check_int(B_c, "B_c", minimum=1)
+    d = check_int(d, "d", minimum=1)
+    row = n // 2 if row is None else check_int(row, "row", minimum=0)
+    if row >= n:
+        raise ValueError(f"row must be below n = {n}, got {row}")
+    Q, K, V = _random_problem(n, n_k, d, seed)
+    mem = run_counted(order, Q, K, V, B_r, B_c).mem
+    steps = _steps(mem.log)
+    arrays = [a for a in ARRAY_ORDER if a in mem.reads or a in mem.writes]
+
+    last_store: dict[int, int] = {}  # query block -> step of its last write of O
+    for k, step in enumerate(steps):
+        for e in step:
+            if e.op == "write" and e.name == "O" and e.i is not None:
+                last_store[e.i] = k
+    s_row = (Q[row] @ K.T) / math.sqrt(d)  # the chosen row's scores, for its running m and l
+    keys_seen = 0
+    reads = dict.fromkeys(arrays, 0)
+    writes = dict.fromkeys(arrays, 0)
+    frames = []
+    for k, step in enumerate(steps):
+        tile = next((e for e in step if e.op == "tile"), None)
+        for e in step:
+            if e.op == "read":
+                reads[e.name] += e.elements
+            elif e.op == "write":
+                writes[e.name] += e.elements
+        if tile is not None and tile.i == row // B_r:
+            keys_seen = max(keys_seen, min(n_k, (tile.j + 1) * B_c))
+        m = float(s_row[:keys_seen].max()) if keys_seen else None
+        frames.append({
+            "tile": None if tile is None else [tile.i, tile.j],
+            "events": [[e.op, e.name, e.i] for e in step if e.op != "tile"],
+            "sram": [] if tile is None else [[name, b] for name, b in tile.held],
+            "sram_elements": 0 if tile is None else tile.sram,
+            "reads": [reads[a] for a in arrays],
+            "writes": [writes[a] for a in arrays],
+            "done": sorted(i for i, last in last_store.items() if last <= k),
+            "keys_seen": keys_seen,
+            "m": None if m is None else _sig(m),
+            "l": None if m is None else _sig(float(np.exp(s_row[:keys_seen] - m).sum())),
+        })
+    return {"n": n, "n_k": n_k, "d": d, "B_r": B_r, "B_c": B_c, "order": order,
+            "T_r": -(-n // B_r), "T_c": -(-n_k // B_c), "row": row, "arrays": arrays,
+            "steps": frames}
+
+
+def tiling_widget_data(n_values: Iterable[int], block_values: Iterable[int], *,
+                       orders: Sequence[str] = ORDERS, d: int = 4) -> dict[str, Any]:
+    """:func:`tiling_frames` for every n in ``n_values``, B_r and B_c in ``block_values`` and
+    order in ``orders``, keyed "n-B_r-B_c-order" (e.g. "100-32-16-v1"): the tiling widget's
+    whole table, JSON-able."""
+    n_values, block_values = list(n_values), list(block_values)
+    configs = {f"{n}-{b_r}-{b_c}-{order}": tiling_frames(n, b_r, b_c, order, d=d)
+               for n in n_values for b_r in block_values for b_c in block_values
+               for order in orders}
+    return {"n_values": n_values, "block_values": block_values, "orders": list(orders),
+            "configs": configs}
+
+
+# --- parallelising the outer loop -----------------------------------------------------------
+
+class _RoundsMemory(CountingMemory):
+    """Workers sharing one HBM, in rounds: in each round every worker runs one iteration of
+    the outer loop.  ``concurrent``: all of a round's loads see HBM as it was when the round
+    began and its writes land when it ends, in worker order (two programs running at the same
+    time); otherwise each worker sees the writes of those before it (one after the other)."""
+
+    def __init__(self, concurrent: bool) -> None:
+        super().__init__()
+        self.concurrent = concurrent
+        self.shared: dict[str, HBMArray] = {}
+        self.outer_block = 0
+        self.worker = 0
+        self._snapshot: dict[str, np.ndarray] = {}
+        self._pending: list[tuple[int, HBMArray, int, np.ndarray]] = []
+
+    def full(self, name: str, shape: tuple[int, ...], fill: float, dtype: Any) -> HBMArray:
+        if name not in self.shared:  # initialised once, as a host would before the launch
+            self.shared[name] = super().full(name, shape, fill, dtype)
+        return self.shared[name]
+
+    def empty(self, name: str, shape: tuple[int, ...], dtype: Any) -> HBMArray:
+        if name not in self.shared:
+            self.shared[name] = super().empty(name, shape, dtype)
+        return self.shared[name]
+
+    def _starts(self, n: int, B: int, outermost: bool) -> Iterable[int]:
+        if outermost:  # this worker's one block of the outer loop in this round
+            start = self.outer_block * B
+            return [start] if start < n else []
+        return range(0, n, B)
+
+    def _source(self, X: HBMArray) -> np.ndarray:
+        return self._snapshot.get(X.name, X.data) if self.concurrent else X.data
+
+    def write(self, X: HBMArray, i: int, value: np.ndarray) -> None:
+        if not self.concurrent:
+            return super().write(X, i, value)
+        value = np.array(value)
+        self._traffic("write", X.name, self._block_index(X.name, i), len(value), value.size)
+        self._pending.append((self.worker, X, i, value))
+
+    def begin_round(self) -> None:
+        self._snapshot = {name: X.data.copy() for name, X in self.shared.items()}
+
+    def end_round(self) -> int:
+        """Apply the round's writes in worker order; return the lost updates: writes to a
+        block that another worker of the round also wrote (only the last one survives)."""
+        writers: dict[tuple[str, int], set[int]] = {}
+        for worker, X, i, value in self._pending:
+            X.data[i : i + len(value)] = value
+            writers.setdefault((X.name, i), set()).add(worker)
+        self._pending = []
+        return sum(len(w) - 1 for w in writers.values())
+
+
+class ParallelRun(NamedTuple):
+    """The output of workers sharing the outer loop, the updates they lost (writes of a block
+    of O, l, m that another worker overwrote in the same round) and the rounds they took."""
+
+    O: np.ndarray
+    lost_updates: int
+    rounds: int
+
+
+def simulate_parallel_outer_loop(order: str, Q: np.ndarray, K: np.ndarray, V: np.ndarray,
+                                 B_r: int, B_c: int, *, workers: int = 2,
+                                 concurrent: bool = True) -> ParallelRun:
+    """Parallelise the outer loop of ``order`` across ``workers``, each running the teaching
+    function itself on its own outer blocks (worker w takes blocks w, w + workers, ...).
+
+    "v1" (outer loop over K/V blocks): every worker updates every O_i, l_i, m_i, so with
+    ``concurrent`` workers (a round's reads all see HBM as it was before the round's writes)
+    the last writer's update wins and the others are lost: a wrong O.  Run one after the other
+    (``concurrent=False``) it is right again.  "v2" (outer loop over query blocks): each
+    worker owns its rows of O and L; any interleaving gives the sequential result exactly.
+    """
+    order = _check_order(order, ORDERS)
+    workers = check_int(workers, "workers", minimum=1)
+    mem = _RoundsMemory(bool(concurrent))
+    q, k, v = mem.inputs(Q=Q, K=K, V=V)
+    n_outer = -(-len(K) // B_c) if order == "v1" else -(-len(Q) // B_r)
+    rounds = -(-n_outer // workers)
+    lost = 0
+    for r in range(rounds):
+        mem.begin_round()
+        for w in range(min(workers, n_outer - r * workers)):
+            mem.worker, mem.outer_block = w, r * workers + w
+            if order == "v1":
+                flash1_forward(q, k, v, B_r, B_c, mem)
+            else:
+                flash2_forward(q, k, v, B_r, B_c, mem)
+        lost += mem.end_round()
+    return ParallelRun(np.array(mem.shared["O"].data), lost, rounds)
+
+
+# --- exactness across block shapes ----------------------------------------------------------
+
+def exactness_table(n_q: int, n_k: int, d: int, blocks: Iterable[tuple[int, int]], *,
+                    dtype: Any = np.float32, seed: int = 0) -> list[dict[str, Any]]:
+    """For each (B_r, B_c) in ``blocks``: the largest error of ``flash1_forward``,
+    ``flash2_forward`` and ``standard_attention`` in ``dtype`` against standard attention in
+    float64, on the same random inputs (Q, K, V: (n_q, d), (n_k, d), (n_k, d))."""
+    Q, K, V = _random_problem(n_q, n_k, d, seed)
+    ref = standard_attention(Q, K, V)
+    q, k, v = (x.astype(dtype) for x in (Q, K, V))
+    standard = float(np.max(np.abs(standard_attention(q, k, v) - ref)))
+    rows = []
+    for B_r, B_c in blocks:
+        rows.append({"B_r": B_r, "B_c": B_c,
+                     "v1": float(np.max(np.abs(flash1_forward(q, k, v, B_r, B_c) - ref))),
+                     "v2": float(np.max(np.abs(flash2_forward(q, k, v, B_r, B_c)[0] - ref))),
+                     "standard": standard})
+    return rows
