@@ -32,13 +32,13 @@ logger = logging.getLogger(__name__)
 COLAB = "https://colab.research.google.com/github"
 
 
-def colab_url(repository_url: str, branch: str, name: str) -> str:
-    """Colab URL of notebooks/<name>.ipynb in a github.com repository."""
+def colab_url(repository_url: str, branch: str, name: str, folder: str = "notebooks") -> str:
+    """Colab URL of <folder>/<name>.ipynb (default notebooks/) in a github.com repository."""
     parsed = urlparse(repository_url)
     if parsed.netloc != "github.com":
         raise ValueError(f"repository url must be a github.com URL, got {repository_url!r}")
     repo = parsed.path.strip("/").removesuffix(".git")
-    return f"{COLAB}/{repo}/blob/{branch}/notebooks/{name}.ipynb"
+    return f"{COLAB}/{repo}/blob/{branch}/{folder.strip('/')}/{name}.ipynb"
 
 
 def add_colab_link(app: Sphinx, doctree: nodes.document) -> None:

@@ -4,6 +4,10 @@
     python scripts/notebooks.py check   # fail if notebooks/ drifted from book/ (or from the
                                         # version in pyproject.toml, the URL in _config.yml)
 
+Both also cover notebooks/student/*.ipynb, the student edition: the same notebooks without
+their solutions (`without_solutions`), committed so that the student site's "Open in Colab"
+links and a teacher's hand-out have a URL.
+
 book/*.md (MyST Markdown notebooks listed in _toc.yml) are the single source. The generated
 notebooks have no outputs and deterministic cell ids and metadata, so regenerating an unchanged
 chapter gives a byte-identical file. The check compares cell types, sources and metadata
@@ -428,12 +432,15 @@ def markdown_cell(text: str, page: Page) -> str:
     return wrap_solutions(jupyter_markdown(text, page), open_before)
 
 
-def clean_notebook(source: Path, citations: dict[str, list[str]] | None = None
-                   ) -> nbformat.NotebookNode:
+def clean_notebook(source: Path, citations: dict[str, list[str]] | None = None,
+                   *, student: bool = False) -> nbformat.NotebookNode:
     """The chapter as a notebook: no outputs, only the metadata Jupyter/Colab need, markdown
     cells in CommonMark (`jupyter_markdown`), the cells the module docstring lists added.
-    ``citations``, when given, receives ``{markdown cell id: [glue names it cites]}``."""
+    ``citations``, when given, receives ``{markdown cell id: [glue names it cites]}``;
+    ``student``: the student edition, every solution removed (`without_solutions`)."""
     nb = jupytext.read(source, fmt="md:myst")
+    if student:
+        nb.cells = without_solutions(nb.cells)
     page = Page(source)
     cells, cited_by = [], []
     for cell in nb.cells:
@@ -563,14 +570,102 @@ def write() -> None:
             print(f"wrote {out.relative_to(ROOT)}")
 
 
+# ---------------------------------------------------------------------------------------------
+# The student edition (make book-student, scripts/grade.py): notebooks without solutions
+# ---------------------------------------------------------------------------------------------
+
+STUDENT_NOTEBOOKS = NOTEBOOKS / "student"
+#: An exercise's heading in the notebooks as `directive` writes it ("### Exercise 2",
+#: "### Exercise 1.2: title"): how scripts/grade.py finds a notebook's exercises.
+EXERCISE_HEADING = re.compile(r"^#{1,6} Exercise (?P<number>\d+(?:\.\d+)*)\b", re.MULTILINE)
+
+
+def without_solutions(cells: list[nbformat.NotebookNode]) -> list[nbformat.NotebookNode]:
+    """A chapter's jupytext cells without its solutions: everything from a
+    ``{solution-start}`` directive to its ``{solution-end}`` (markdown and code cells, across
+    cells) and every ``{solution}`` directive; markdown cells left empty are dropped.
+    Plain code blocks are copied as they are (a directive inside one is text)."""
+    kept, inside = [], False
+    for cell in cells:
+        if cell.cell_type != "markdown":
+            if not inside:
+                kept.append(cell)
+            continue
+        lines, out, i = cell.source.split("\n"), [], 0
+        while i < len(lines):
+            code, opened = CODE_FENCE.match(lines[i]), DIRECTIVE.match(lines[i])
+            fence = code["fence"] if code else opened["fence"] if opened else None
+            end = i if fence is None else next(
+                (k for k in range(i + 1, len(lines)) if lines[k].strip() == fence),
+                len(lines) - 1)
+            name = opened["name"] if opened else None
+            if name in ("solution-start", "solution-end"):
+                inside = name == "solution-start"
+            elif name != "solution" and not inside:  # a {solution} block: skipped whole
+                out.extend(lines[i : end + 1])
+            i = end + 1
+        text = "\n".join(out).strip("\n")
+        if text:
+            kept.append(nbformat.from_dict({**cell, "source": text}))
+    return kept
+
+
+def exercise_numbers(markdown: str) -> list[str]:
+    """The numbers of the exercises whose headings a notebook markdown cell contains, in
+    order (``EXERCISE_HEADING``): ``["1.2"]`` for "### Exercise 1.2: ..."."""
+    return [match["number"] for match in EXERCISE_HEADING.finditer(markdown)]
+
+
+def student_notebook_text(source: Path) -> str:
+    return nbformat.writes(clean_notebook(source, student=True), version=4) + "\n"
+
+
+def student_target(source: Path) -> Path:
+    return STUDENT_NOTEBOOKS / f"{source.stem}.ipynb"
+
+
+def write_student() -> None:
+    """Write notebooks/student/NAME.ipynb, each chapter's notebook without its solutions."""
+    STUDENT_NOTEBOOKS.mkdir(parents=True, exist_ok=True)
+    for source in chapters():
+        out = student_target(source)
+        text = student_notebook_text(source)
+        if not out.is_file() or out.read_text(encoding="utf-8") != text:
+            out.write_text(text, encoding="utf-8")
+            print(f"wrote {out.relative_to(ROOT)}")
+
+
+def student_problems() -> list[str]:
+    """What `check` complains about in notebooks/student/ (as `problems` for notebooks/)."""
+    found = []
+    sources = chapters()
+    for source in sources:
+        out = student_target(source)
+        if not out.is_file():
+            found.append(f"{out.relative_to(ROOT)}: missing; run `make notebooks`")
+            continue
+        existing = nbformat.read(out, as_version=4)
+        if cells_of(existing) != cells_of(clean_notebook(source, student=True)):
+            found.append(f"{out.relative_to(ROOT)}: out of date with "
+                         f"{source.relative_to(ROOT)}; run `make notebooks`")
+        elif any(c.get("outputs") for c in existing.cells):
+            found.append(f"{out.relative_to(ROOT)}: has outputs; run `make notebooks`")
+    expected = {student_target(source).name for source in sources}
+    for stale in sorted(STUDENT_NOTEBOOKS.glob("*.ipynb")):
+        if stale.name not in expected:
+            found.append(f"{stale.relative_to(ROOT)}: no chapter in _toc.yml; delete it")
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["write", "check"])
     args = parser.parse_args(argv)
     if args.command == "write":
         write()
+        write_student()
         return 0
-    found = problems()
+    found = problems() + student_problems()
     for problem in found:
         print(problem, file=sys.stderr)
     if not found:
