@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # Silences a debugger warning that Jupyter kernels print when they start.
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: book test notebooks lab lint bench constraints clean
+.PHONY: book book-student test notebooks lab lint bench constraints clean grade
 
 # PYTHONWARNINGS: setuptools prints a warning box on every editable install ("Editable
 # installation": folders named like the package may shadow it), even with --quiet.
@@ -30,13 +30,28 @@ book: $(STAMP)
 	$(BIN)/jupyter-book build . -W -n --keep-going
 	echo "$(FLASHLIB_HASH)" > _build/.flashlib-hash
 
+## make book-student: the student edition of the site, every solution removed
+## (scripts/student_edition.py), into _build/student/_build/html; after `make book`, whose
+## execution cache it reads (it executes nothing)
+book-student: book
+	FLASHLIB_STUDENT_EDITION=1 $(BIN)/jupyter-book build . -W -n --keep-going \
+		--path-output _build/student
+
+## make grade SUBMISSIONS=folder [OUT=grading-report] [GRADE_ARGS=...]: run the students'
+## notebooks through the book's checkers (scripts/grade.py; CSV and Markdown reports in OUT)
+OUT ?= grading-report
+grade: $(STAMP)
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=folder [OUT=dir]" >&2; exit 2; }
+	$(BIN)/python scripts/grade.py "$(SUBMISSIONS)" --out "$(OUT)" $(GRADE_ARGS)
+
 ## make test: the whole suite (numerics, notebooks in sync, lint, import contracts, packaging in
 ## fresh venvs, browser tests on the built site)
-test: book
+test: book book-student
 	$(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
-## make notebooks: regenerate the clean .ipynb copies in notebooks/ from book/
+## make notebooks: regenerate the clean .ipynb copies in notebooks/ from book/, and the
+## student edition's (no solutions) in notebooks/student/
 notebooks: $(STAMP)
 	$(BIN)/python scripts/notebooks.py write
 
