@@ -34,8 +34,9 @@ The status of an exercise:
     passed         every check passed
     failed         the checker ran and a check failed
     not attempted  the function still raises NotImplementedError (the cell's placeholder)
-    error          an exercise cell raised (a syntax error too), or the checker call could not
-                   run (e.g. the function the exercise asks for is not defined)
+    error          an exercise cell raised (a syntax error too; even if the checks then pass,
+                   whose counts the row keeps), or the checker call could not run (e.g. the
+                   function the exercise asks for is not defined)
     timeout        killed at the time limit (an infinite loop, or far too slow)
     crashed        the process died (e.g. out of memory, os._exit)
     missing        the notebook has no heading or no code cell for the exercise, or the student
@@ -57,6 +58,10 @@ What it writes in --out:
     otter_final_grades_CHAPTER.csv  otter-grader's final_grades.csv layout (one point per
                        exercise, first row points-per-question)
     logs/CHAPTER.log   what running the chapter printed
+
+Why in scripts/ and not in the flashlib package: it reads the chapters (book/*.md, through
+scripts/notebooks.py, the one reader of the exercises' numbers), which only the repository has;
+the checkers it runs are the package's. Grade with a checkout of the release the students used.
 
 This is not a sandbox: the students' code runs with your permissions. Grade untrusted
 notebooks in a container or a throw-away account, as nbgrader and otter-grader advise.
