@@ -8,6 +8,8 @@ FlashAttention-2's: outer over key/value blocks, so ``dK_j`` and ``dV_j`` accumu
 inner over query blocks, adding into ``dQ``.
 
 :func:`flash2_backward` is the algorithm as the paper writes it (one head, no mask);
+:func:`two_pass_backward` the other schedule a real kernel may choose (the Triton tutorial's:
+one pass for dK, dV, one for dQ, so that no two programs write the same rows);
 :func:`flash_attention_backward` the library version (batched, masked, validated).
 """
 
@@ -22,7 +24,7 @@ from flashlib.constants import BLOCK_K, BLOCK_Q, compute_dtype
 from flashlib.hbm import PLAIN, Memory
 from flashlib.masks import tile_mask
 
-__all__ = ["flash2_backward", "flash_attention_backward"]
+__all__ = ["flash2_backward", "two_pass_backward", "flash_attention_backward"]
 
 
 def flash2_backward(
@@ -53,6 +55,47 @@ def flash2_backward(
             dK_j += scale * (dS_ij.T @ Q_i)  # (B_c, d)
         mem.write(dK, j, dK_j)  # dK_j, dV_j written to HBM once
         mem.write(dV, j, dV_j)
+    return dQ, dK, dV
+
+
+def two_pass_backward(
+    Q: np.ndarray, K: np.ndarray, V: np.ndarray, O: np.ndarray, L: np.ndarray, dO: np.ndarray,
+    B_r: int, B_c: int, mem: Memory = PLAIN,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The backward in two passes (the Triton tutorial's schedule), one head: pass 1 keeps
+    K_j, V_j on chip and writes dK_j, dV_j; pass 2 keeps Q_i on chip and writes dQ_i.  Each
+    block of every output is written once, by one program (no atomic adds), at the price of
+    recomputing P_ij and dP_ij twice.
+
+    Shapes and ``mem`` as :func:`flash2_backward`: Q: (N_q, d), K: (N_k, d), V: (N_k, d_v),
+    O and dO: (N_q, d_v), L: (N_q,) -> dQ, dK, dV shaped like Q, K, V.
+    """
+    N_q, scale = Q.shape[0], 1 / math.sqrt(Q.shape[1])
+    D = mem.empty("D", (N_q,), Q.dtype)
+    for i, O_i, dO_i in mem.blocks(B_r, O, dO):  # D_i = rowsum(dO_i * O_i), written to HBM
+        mem.write(D, i, np.sum(dO_i * O_i, axis=1))
+    dK, dV = mem.empty("dK", K.shape, K.dtype), mem.empty("dV", V.shape, V.dtype)
+    for j, K_j, V_j in mem.blocks(B_c, K, V):  # pass 1: K_j, V_j stay; every Q_i streams by
+        dK_j, dV_j = mem.on_chip(dK_j=np.zeros_like(K_j), dV_j=np.zeros_like(V_j))
+        for _, Q_i, dO_i, L_i, D_i in mem.blocks(B_r, Q, dO, L, D):  # no dQ_i here
+            S_ij = scale * (Q_i @ K_j.T)  # (B_r, B_c)
+            P_ij = np.exp(S_ij - L_i[:, None])  # (B_r, B_c): recomputed from L_i
+            dV_j += P_ij.T @ dO_i  # (B_c, d_v)
+            dP_ij = dO_i @ V_j.T  # (B_r, B_c)
+            dS_ij = P_ij * (dP_ij - D_i[:, None])  # (B_r, B_c)
+            dK_j += scale * (dS_ij.T @ Q_i)  # (B_c, d)
+        mem.write(dK, j, dK_j)
+        mem.write(dV, j, dV_j)
+    dQ = mem.empty("dQ", Q.shape, Q.dtype)
+    for i, Q_i, dO_i, L_i, D_i in mem.blocks(B_r, Q, dO, L, D):  # pass 2: Q_i stays
+        (dQ_i,) = mem.on_chip(dQ_i=np.zeros_like(Q_i))
+        for _, K_j, V_j in mem.blocks(B_c, K, V):  # every K_j, V_j streams by
+            S_ij = scale * (Q_i @ K_j.T)  # (B_r, B_c): recomputed a second time
+            P_ij = np.exp(S_ij - L_i[:, None])  # (B_r, B_c)
+            dP_ij = dO_i @ V_j.T  # (B_r, B_c): recomputed a second time
+            dS_ij = P_ij * (dP_ij - D_i[:, None])  # (B_r, B_c)
+            dQ_i += scale * (dS_ij @ K_j)  # (B_r, d)
+        mem.write(dQ, i, dQ_i)  # dQ_i written once, by this program alone
     return dQ, dK, dV
 
 

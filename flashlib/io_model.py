@@ -6,7 +6,9 @@ against a :class:`flashlib.hbm.CountingMemory` running them, element for element
 
 :func:`traffic`            reads and writes per array: Algorithm 0 ("standard"), Algorithm 1
                            ("v1"), FlashAttention-2's order ("v2"), its backward pass
-                           ("backward"), causal variants (tiles above the diagonal skipped),
+                           ("backward": dQ accumulated across the key blocks), the two-pass
+                           backward ("two_pass_backward": dK, dV, then dQ), causal variants
+                           (tiles above the diagonal skipped),
                            the paper's Algorithm 3 ("standard_backward", a model only), and
                            split-KV decoding ("split_kv")
 :func:`block_sizes`        B_r, B_c from M: the paper's rule, or the largest blocks of the
@@ -32,6 +34,7 @@ from flashlib.masks import key_stop
 
 __all__ = [
     "ORDERS",
+    "BACKWARD_ORDERS",
     "Traffic",
     "traffic",
     "block_counts",
@@ -52,9 +55,12 @@ __all__ = [
 ]
 
 #: The schedules :func:`traffic` counts.
-ORDERS = ("standard", "v1", "v2", "backward", "standard_backward", "split_kv")
+ORDERS = ("standard", "v1", "v2", "backward", "two_pass_backward", "standard_backward",
+          "split_kv")
 #: The tiled orders (those that take block sizes and may skip causal tiles).
-TILED = ("v1", "v2", "backward")
+TILED = ("v1", "v2", "backward", "two_pass_backward")
+#: The two backward schedules (:mod:`flashlib.backward`).
+BACKWARD_ORDERS = ("backward", "two_pass_backward")
 
 
 class Traffic(NamedTuple):
@@ -123,11 +129,15 @@ def traffic(
     loop over K/V blocks; Q, O, l, m re-read and O, l, m re-written for every key block; O, l,
     m initialised in HBM), "v2" (FlashAttention-2: outer loop over Q blocks; K and V re-read
     for every query block; O and L written once), "backward" (:func:`flash2_backward`: D
-    computed first, dQ initialised in HBM and read and written for every tile), or
-    "standard_backward" (the paper's Algorithm 3, line by line: a model, not run here), or
+    computed first, dQ initialised in HBM and read and written for every tile),
+    "two_pass_backward" (:func:`two_pass_backward`: D first; pass 1 streams Q, dO, L, D past
+    each K_j, V_j and writes dK, dV once; pass 2 streams K, V past each Q_i and writes dQ
+    once: no read of dQ, K and V read 1 + T_r times), "standard_backward" (the paper's
+    Algorithm 3, line by line: a model, not run here), or
     "split_kv" (decoding: ``n_splits`` programs each run "v2" on their share of the keys,
     ``B_r`` = n_q; then one pass reads their (O, L) and writes the merged O).
-    B_r, B_c: the blocks of the tiled orders ("v1", "v2", "backward"; "split_kv" takes B_c).
+    B_r, B_c: the blocks of the tiled orders ("v1", "v2", "backward", "two_pass_backward";
+    "split_kv" takes B_c).
     causal: False, True / "top_left" or "bottom_right" for the tiled orders: key blocks that
     no row of a query block may see are skipped, as flashlib's library functions do.
     """
@@ -159,10 +169,15 @@ def traffic(
     elif order == "v2":
         reads = {"Q": n_q * d, "K": key_rows * d, "V": key_rows * d_v}
         writes = {"O": n_q * d_v, "L": n_q}
-    else:  # backward
+    elif order == "backward":
         reads = {"O": n_q * d_v, "dO": (n_q + tiles_rows) * d_v, "K": n_k * d, "V": n_k * d_v,
                  "Q": tiles_rows * d, "dQ": tiles_rows * d, "L": tiles_rows, "D": tiles_rows}
         writes = {"D": n_q, "dQ": (n_q + tiles_rows) * d, "dK": n_k * d, "dV": n_k * d_v}
+    else:  # two_pass_backward: D; pass 1 (per tile: Q_i, dO_i, L_i, D_i); pass 2 (K_j, V_j)
+        reads = {"O": n_q * d_v, "dO": (2 * n_q + tiles_rows) * d_v,
+                 "K": (n_k + key_rows) * d, "V": (n_k + key_rows) * d_v,
+                 "Q": (n_q + tiles_rows) * d, "L": n_q + tiles_rows, "D": n_q + tiles_rows}
+        writes = {"D": n_q, "dQ": n_q * d, "dK": n_k * d, "dV": n_k * d_v}
     return Traffic(_nonzero(reads), _nonzero(writes))
 
 
@@ -249,8 +264,10 @@ def sram_footprint(order: str, B_r: int, B_c: int, d: int, *, d_v: int | None = 
     "v1" and "v2": K_j, V_j, Q_i, O_i, l_i, m_i and the score tile S_ij (P~_ij overwrites it):
     ``B_c (d + d_v) + B_r (d + d_v + 2) + B_r B_c``, the same for both orders (v2 keeps O_i,
     l_i, m_i on chip where v1 loads them).  "backward": K_j, V_j, dK_j, dV_j, Q_i, dO_i, dQ_i,
-    L_i, D_i and two tiles (P_ij; dP_ij overwritten by dS_ij).  With n_q, n_k given, a block
-    is at most the problem (min(B, n) rows), as in a run.  Sum the values for the total.
+    L_i, D_i and two tiles (P_ij; dP_ij overwritten by dS_ij).  "two_pass_backward": the same
+    blocks but one pass's accumulators at a time, dK_j and dV_j (pass 1) or dQ_i (pass 2),
+    whichever is larger; the entries of the other are 0.  With n_q, n_k given, a block is at
+    most the problem (min(B, n) rows), as in a run.  Sum the values for the total.
     """
     d = check_int(d, "d", minimum=1)
     d_v = d if d_v is None else check_int(d_v, "d_v", minimum=1)
@@ -266,7 +283,14 @@ def sram_footprint(order: str, B_r: int, B_c: int, d: int, *, d_v: int | None = 
         return {"K_j": b_c * d, "V_j": b_c * d_v, "dK_j": b_c * d, "dV_j": b_c * d_v,
                 "Q_i": b_r * d, "dO_i": b_r * d_v, "dQ_i": b_r * d, "L_i": b_r, "D_i": b_r,
                 "S_ij": 2 * b_r * b_c}
-    raise ValueError(f"order must be 'v1', 'v2' or 'backward', got {order!r}")
+    if order == "two_pass_backward":
+        pass1 = b_c * (d + d_v) >= b_r * d  # the peak step is pass 1's
+        return {"K_j": b_c * d, "V_j": b_c * d_v, "dK_j": b_c * d if pass1 else 0,
+                "dV_j": b_c * d_v if pass1 else 0, "Q_i": b_r * d, "dO_i": b_r * d_v,
+                "dQ_i": 0 if pass1 else b_r * d, "L_i": b_r, "D_i": b_r,
+                "S_ij": 2 * b_r * b_c}
+    raise ValueError(f"order must be 'v1', 'v2', 'backward' or 'two_pass_backward', "
+                     f"got {order!r}")
 
 
 def block_sizes(M: int, d: int, order: str = "v1", *, rule: str = "paper",
@@ -274,13 +298,13 @@ def block_sizes(M: int, d: int, order: str = "v1", *, rule: str = "paper",
     """(B_r, B_c) for an SRAM of ``M`` elements.
 
     rule="paper": Algorithm 1's ``b = ceil(M / 4d)`` for the outer loop's block and
-    ``min(b, d)`` for the inner one: (min(b, d), b) for "v1" and "backward" (outer loop over
-    keys), (b, min(b, d)) for "v2" (its outer loop runs over queries: FlashAttention-2 tunes
-    its blocks instead of deriving them from M; this gives its outer block the role Algorithm
-    1 gives its own).  The paper's sizes are right up to a constant factor: a step's
-    :func:`sram_footprint` exceeds M when M is small (one row of each of K_j, V_j, Q_i, O_i
-    is already 4d elements, so at M = d about 4 times M) and from about 8 d^2 on only by the
-    rounding of the ceiling; Theorem 2's Theta absorbs the factor.
+    ``min(b, d)`` for the inner one: (min(b, d), b) for "v1" and the backward orders (outer
+    loop over keys), (b, min(b, d)) for "v2" (its outer loop runs over queries:
+    FlashAttention-2 tunes its blocks instead of deriving them from M; this gives its outer
+    block the role Algorithm 1 gives its own).  The paper's sizes are right up to a constant
+    factor: a step's :func:`sram_footprint` exceeds M when M is small (one row of each of
+    K_j, V_j, Q_i, O_i is already 4d elements, so at M = d about 4 times M) and from about
+    8 d^2 on only by the rounding of the ceiling; Theorem 2's Theta absorbs the factor.
     rule="fit": the paper's blocks when their step fits in M, else the largest smaller ``b``
     of the same shape that does; ValueError when not even b = 1 fits.
     """

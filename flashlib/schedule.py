@@ -15,7 +15,11 @@ their event log is what the tiling chapter counts, animates and tests.
 
 Orders: "v1" (Algorithm 1, :func:`flashlib.flash_v1.flash1_forward`), "v2" (FlashAttention-2,
 :func:`flashlib.flash.flash2_forward`); :func:`run_counted` also takes "standard"
-(Algorithm 0) and "backward" (:func:`flashlib.backward.flash2_backward`).
+(Algorithm 0), "backward" (:func:`flashlib.backward.flash2_backward`) and "two_pass_backward"
+(:func:`flashlib.backward.two_pass_backward`).
+
+:func:`program_accesses`  the programs of a run (one per outer-loop block of each pass, as a
+                         GPU launches them) and the blocks each reads and writes, from the log
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from flashlib._validate import check_int
-from flashlib.backward import flash2_backward
+from flashlib.backward import flash2_backward, two_pass_backward
 from flashlib.flash import flash2_forward
 from flashlib.flash_v1 import flash1_forward
+from flashlib.hbm import KEY_SIDE as KEY_SIDE_NAMES
 from flashlib.hbm import CountingMemory, Event, HBMArray
 from flashlib.io_model import block_sizes
 from flashlib.naive import standard_attention
@@ -46,10 +51,16 @@ __all__ = [
     "ParallelRun",
     "simulate_parallel_outer_loop",
     "exactness_table",
+    "Program",
+    "program_accesses",
 ]
 
 #: The two loop orders of the tiling chapter.
 ORDERS = ("v1", "v2")
+#: The backward schedules of the backward chapter.
+BACKWARD = ("backward", "two_pass_backward")
+#: Every order :func:`run_counted` runs.
+COUNTED_ORDERS = ("standard", "v1", "v2", *BACKWARD)
 #: The arrays in the order the widget lists them.
 ARRAY_ORDER = ("Q", "K", "V", "O", "l", "m", "L", "dO", "dQ", "D", "dK", "dV", "S", "P")
 
@@ -75,18 +86,25 @@ def run_counted(order: str, Q: np.ndarray, K: np.ndarray, V: np.ndarray,
     does not fit.
 
     order: "standard" (Algorithm 0; blocks ignored), "v1", "v2" (output O, and L for "v2"),
-    or "backward" (dO required; O and L come from an uncounted :func:`flash2_forward`;
-    output dQ, dK, dV).  Q: (N_q, d), K: (N_k, d), V: (N_k, d_v), dO: (N_q, d_v).
+    or "backward" / "two_pass_backward" (dO required; O and L come from an uncounted
+    :func:`flash2_forward`; output dQ, dK, dV).
+    Q: (N_q, d), K: (N_k, d), V: (N_k, d_v), dO: (N_q, d_v).
     """
-    order = _check_order(order, ("standard", "v1", "v2", "backward"))
-    mem = CountingMemory(M, score_tiles=2 if order == "backward" else 1)
-    if order == "backward":
+    order = _check_order(order, COUNTED_ORDERS)
+    mem = CountingMemory(M, score_tiles=2 if order in BACKWARD else 1)
+    return _run_counted(order, Q, K, V, B_r, B_c, mem, dO)
+
+
+def _run_counted(order: str, Q: np.ndarray, K: np.ndarray, V: np.ndarray, B_r: int | None,
+                 B_c: int | None, mem: CountingMemory, dO: np.ndarray | None) -> CountedRun:
+    """:func:`run_counted` on a given counting memory (a subclass may watch the run)."""
+    if order in BACKWARD:
         if dO is None:
-            raise ValueError("order='backward' needs dO")
+            raise ValueError(f"order={order!r} needs dO")
         O, L = flash2_forward(Q, K, V, B_r, B_c)
         args = mem.inputs(Q=Q, K=K, V=V, O=O, L=L, dO=dO)
-        return CountedRun(tuple(np.asarray(g) for g in flash2_backward(*args, B_r, B_c, mem)),
-                          mem)
+        fn = flash2_backward if order == "backward" else two_pass_backward
+        return CountedRun(tuple(np.asarray(g) for g in fn(*args, B_r, B_c, mem)), mem)
     q, k, v = mem.inputs(Q=Q, K=K, V=V)
     if order == "standard":
         out: Any = np.asarray(standard_attention(q, k, v, mem))
@@ -151,7 +169,7 @@ def count_io(N: int, d: int, M: int | None, order: str, *, rule: str = "fit",
     blocks :func:`flashlib.io_model.block_sizes` derives from M under ``rule``, on an SRAM of
     M elements (unbounded for ``rule="paper"``, whose step may exceed M by a constant factor;
     ignored for "standard")."""
-    order = _check_order(order, ("standard", "v1", "v2", "backward"))
+    order = _check_order(order, COUNTED_ORDERS)
     Q, K, V = _random_problem(N, N, d, seed, np.float32)
     if order == "standard":
         return run_counted("standard", Q, K, V).mem.total
@@ -386,3 +404,121 @@ def exactness_table(n_q: int, n_k: int, d: int, blocks: Iterable[tuple[int, int]
                      "v2": float(np.max(np.abs(flash2_forward(q, k, v, B_r, B_c)[0] - ref))),
                      "standard": standard})
     return rows
+
+
+# --- the programs of a run -------------------------------------------------------------------
+
+class Program(NamedTuple):
+    """One program of a run: one block of the outer loop of one pass, what a GPU launches as
+    one thread block.  ``stage``: which pass (0 for the first outermost loop of the teaching
+    function, ...; -1 for HBM initialised before any loop, as a host does before the launch);
+    ``side``: "q" (a query block's program) or "kv" (a key block's); ``block``: its outer
+    block index (None for stage -1); ``reads`` / ``writes``: per array, the block indices
+    it reads / writes as sorted [start, stop) runs (a whole-array initialisation is block
+    None, written as [[-1, 0]])."""
+
+    stage: int
+    side: str | None
+    block: int | None
+    reads: dict[str, list[list[int]]]
+    writes: dict[str, list[list[int]]]
+
+
+class _ProgramMemory(CountingMemory):
+    """A counting memory that tags each log entry with its program: (stage, side, block) of the
+    outermost loop active when it happened (stage counts the outermost loops); (-1, None,
+    None) outside any loop."""
+
+    def __init__(self) -> None:
+        super().__init__(score_tiles=2)
+        self.stage = -1
+        self.tags: list[tuple[int, str | None, int | None]] = []
+
+    def _starts(self, n: int, B: int, outermost: bool) -> Iterable[int]:
+        if outermost:
+            self.stage += 1
+        return super()._starts(n, B, outermost)
+
+    def _traffic(self, op: str, name: str, i: int | None, rows: int, elements: int) -> None:
+        super()._traffic(op, name, i, rows, elements)
+        self._tag()
+
+    def _compute_tile(self) -> None:
+        super()._compute_tile()
+        self._tag()
+
+    def _tag(self) -> None:
+        outer = self._loops[0] if self._loops else None
+        tag = (-1, None, None) if outer is None else (self.stage, outer.side, outer.index)
+        self.tags += [tag] * (len(self.log) - len(self.tags))
+
+
+def _runs(indices: Iterable[int]) -> list[list[int]]:
+    """Sorted distinct block indices as [start, stop) runs: {0, 1, 2, 5} -> [[0, 3], [5, 6]]."""
+    out: list[list[int]] = []
+    for k in sorted(set(indices)):
+        if out and out[-1][1] == k:
+            out[-1][1] = k + 1
+        else:
+            out.append([k, k + 1])
+    return out
+
+
+def program_accesses(order: str, n_q: int, n_k: int, B_r: int, B_c: int) -> dict[str, Any]:
+    """The programs of a run of ``order`` and the blocks each reads and writes, read from the
+    event log of its teaching function on a counting memory (d = d_v = 1: which blocks move
+    does not depend on the head dimension).
+
+    order: "backward" (:func:`flashlib.backward.flash2_backward`), "two_pass_backward"
+    (:func:`flashlib.backward.two_pass_backward`), or a forward order "v1" / "v2".
+    Returns a JSON-able dict: n_q, n_k, B_r, B_c, T_r, T_c, order;
+    ``programs``: one :class:`Program` (as a dict) per program, in launch order;
+    ``stages``: per stage, its side, how many programs it launches and the arrays they write;
+    ``writers``: per array written inside a loop, how many programs write each of its blocks;
+    ``shared``: the arrays some block of which more than one program writes (on a GPU those
+    programs run at the same time, so their updates need atomic adds, or they are lost).
+    """
+    order = _check_order(order, (*ORDERS, *BACKWARD))
+    n_q, n_k = check_int(n_q, "n_q", minimum=1), check_int(n_k, "n_k", minimum=1)
+    B_r, B_c = check_int(B_r, "B_r", minimum=1), check_int(B_c, "B_c", minimum=1)
+    Q, K, V = _random_problem(n_q, n_k, 1)
+    dO = np.random.default_rng(1).standard_normal((n_q, 1))
+    mem = _ProgramMemory()
+    if order not in BACKWARD:
+        mem.score_tiles = 1
+    _run_counted(order, Q, K, V, B_r, B_c, mem, dO)
+    accesses: dict[tuple[int, str | None, int | None], dict[str, dict[str, list[int]]]] = {}
+    for e, tag in zip(mem.log, mem.tags, strict=True):
+        if e.op == "tile":
+            continue
+        entry = accesses.setdefault(tag, {"read": {}, "write": {}})
+        entry[e.op].setdefault(e.name, []).append(-1 if e.i is None else e.i)
+    programs = [Program(stage, side, block,
+                        {a: _runs(b) for a, b in ops["read"].items()},
+                        {a: _runs(b) for a, b in ops["write"].items()})
+                for (stage, side, block), ops in accesses.items()]
+    T_r, T_c = -(-n_q // B_r), -(-n_k // B_c)
+    writers: dict[str, list[int]] = {}
+    for p in programs:
+        if p.stage < 0:
+            continue
+        for name, runs in p.writes.items():
+            count = writers.setdefault(name, [0] * (T_c if name in KEY_SIDE_NAMES else T_r))
+            for start, stop in runs:
+                for b in range(start, stop):
+                    count[b] += 1
+    stages = []
+    for stage in sorted({p.stage for p in programs}):
+        members = [p for p in programs if p.stage == stage]
+        stages.append({"stage": stage, "side": members[0].side, "programs": len(members),
+                       "writes": sorted({a for p in members for a in p.writes},
+                                        key=_array_rank)})
+    return {"order": order, "n_q": n_q, "n_k": n_k, "B_r": B_r, "B_c": B_c, "T_r": T_r,
+            "T_c": T_c, "programs": [p._asdict() for p in programs], "stages": stages,
+            "writers": writers,
+            "shared": sorted((a for a, c in writers.items() if max(c, default=0) > 1),
+                             key=_array_rank)}
+
+
+def _array_rank(name: str) -> int:
+    return ARRAY_ORDER.index(name) if name in ARRAY_ORDER else len(ARRAY_ORDER)

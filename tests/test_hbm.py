@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from flashlib.backward import flash2_backward
+from flashlib.backward import flash2_backward, two_pass_backward
 from flashlib.decoding import split_kv_decode
 from flashlib.flash import flash2_forward
 from flashlib.flash_v1 import flash1_forward
@@ -19,7 +19,7 @@ from flashlib.io_model import sram_footprint
 from flashlib.naive import standard_attention
 
 TEACHING = (standard_attention, flash1_forward, flash2_forward, flash2_backward,
-            split_kv_decode)
+            two_pass_backward, split_kv_decode)
 
 # (n_q, n_k, d, d_v, B_r, B_c): ragged, n = 1, blocks > n, 1 x 1, n_q != n_k, d_v != d
 SHAPES = [(100, 70, 16, 12, 32, 16), (1, 1, 4, 4, 8, 8), (7, 9, 8, 8, 64, 128),
@@ -52,11 +52,12 @@ def test_counting_memory_gives_the_plain_result_bit_for_bit(shape, dtype):
     for got, want in zip(flash2_forward(Q, K, V, B_r, B_c, mem), (o, lse), strict=True):
         np.testing.assert_array_equal(np.asarray(got), want)
         assert np.asarray(got).dtype == dtype
-    mem = CountingMemory(score_tiles=2)
-    args = mem.inputs(Q=q, K=k, V=v, O=o, L=lse, dO=do)
-    for got, want in zip(flash2_backward(*args, B_r, B_c, mem),
-                         flash2_backward(q, k, v, o, lse, do, B_r, B_c), strict=True):
-        np.testing.assert_array_equal(np.asarray(got), want)
+    for backward in (flash2_backward, two_pass_backward):
+        mem = CountingMemory(score_tiles=2)
+        args = mem.inputs(Q=q, K=k, V=v, O=o, L=lse, dO=do)
+        for got, want in zip(backward(*args, B_r, B_c, mem),
+                             backward(q, k, v, o, lse, do, B_r, B_c), strict=True):
+            np.testing.assert_array_equal(np.asarray(got), want)
 
 
 def test_hbm_arrays_are_reached_only_through_the_memory():
@@ -96,30 +97,35 @@ def test_loads_are_copies_and_every_element_is_counted():
     assert mem.total == 30 and mem.peak_sram == 8  # two blocks of 2 x 2
 
 
-@pytest.mark.parametrize("order", ["v1", "v2", "backward"])
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
+BACKWARD = {"backward": flash2_backward, "two_pass_backward": two_pass_backward}
+
+
+@pytest.mark.parametrize("order", ["v1", "v2", "backward", "two_pass_backward"])
+@pytest.mark.parametrize("shape", SHAPES + [(40, 40, 16, 16, 32, 4), (40, 40, 8, 4, 4, 32)],
+                         ids=str)
 def test_peak_sram_equals_the_modelled_footprint(order, shape):
+    """The last two shapes make the two-pass schedule's peak step pass 2's (dQ_i larger than
+    dK_j and dV_j) and pass 1's."""
     n_q, n_k, d, d_v, B_r, B_c = shape
     q, k, v, do = _problem(n_q, n_k, d, d_v)
     want = sum(sram_footprint(order, B_r, B_c, d, d_v=d_v, n_q=n_q, n_k=n_k).values())
-    mem = CountingMemory(score_tiles=2 if order == "backward" else 1)
-    if order == "backward":
-        o, lse = flash2_forward(q, k, v, B_r, B_c)
-        flash2_backward(*mem.inputs(Q=q, K=k, V=v, O=o, L=lse, dO=do), B_r, B_c, mem)
-    else:
-        fn = flash1_forward if order == "v1" else flash2_forward
-        fn(*mem.inputs(Q=q, K=k, V=v), B_r, B_c, mem)
-    assert mem.peak_sram == want
+
+    def run(M):
+        mem = CountingMemory(M, score_tiles=2 if order in BACKWARD else 1)
+        if order in BACKWARD:
+            o, lse = flash2_forward(q, k, v, B_r, B_c)
+            BACKWARD[order](*mem.inputs(Q=q, K=k, V=v, O=o, L=lse, dO=do), B_r, B_c, mem)
+        else:
+            fn = flash1_forward if order == "v1" else flash2_forward
+            fn(*mem.inputs(Q=q, K=k, V=v), B_r, B_c, mem)
+        return mem
+
+    assert run(None).peak_sram == want
     # an SRAM of exactly that size runs; one element less raises, naming the step
-    q_, k_, v_, _ = _problem(n_q, n_k, d, d_v)
-    if order != "backward":
-        fn = flash1_forward if order == "v1" else flash2_forward
-        mem = CountingMemory(want)
-        fn(*mem.inputs(Q=q_, K=k_, V=v_), B_r, B_c, mem)
-        mem = CountingMemory(want - 1)
-        with pytest.raises(SRAMCapacityError, match=rf"needs {want} elements of SRAM, more "
-                                                    rf"than M = {want - 1}"):
-            fn(*mem.inputs(Q=q_, K=k_, V=v_), B_r, B_c, mem)
+    assert run(want).peak_sram == want
+    with pytest.raises(SRAMCapacityError, match=rf"needs {want} elements of SRAM, more "
+                                                rf"than M = {want - 1}"):
+        run(want - 1)
 
 
 def test_tiles_are_logged_with_what_sram_holds():

@@ -33,7 +33,7 @@ def _nonzero(counter):
     return {k: v for k, v in counter.items() if v}
 
 
-@pytest.mark.parametrize("order", ["standard", "v1", "v2", "backward"])
+@pytest.mark.parametrize("order", ["standard", "v1", "v2", "backward", "two_pass_backward"])
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_counted_equals_the_closed_form_per_array(order, shape):
     n_q, n_k, d, d_v, B_r, B_c = shape
@@ -43,7 +43,7 @@ def test_counted_equals_the_closed_form_per_array(order, shape):
     assert _nonzero(run.mem.reads) == model.reads
     assert _nonzero(run.mem.writes) == model.writes
     assert run.mem.total == model.total == model.total_reads + model.total_writes
-    if order != "backward":  # and the output is standard attention's
+    if order in ("standard", "v1", "v2"):  # and the output is standard attention's
         o = run.output[0] if order == "v2" else run.output
         assert np.max(np.abs(o - standard_attention(q, k, v))) <= 1e-12
 
@@ -63,7 +63,7 @@ def test_block_counts_from_the_log_equal_the_closed_form(order, shape):
 def _theorem2_cases():
     """(order, N, d, M): M from the smallest SRAM that holds a step up to N d, blocks kept
     >= N / 24 so that the runs stay quick."""
-    for order in ("v1", "v2", "backward"):
+    for order in ("v1", "v2", "backward", "two_pass_backward"):
         for N, d in [(64, 8), (100, 16), (257, 4), (33, 16), (130, 32)]:
             smallest = sum(io.sram_footprint(order, 1, 1, d).values())
             for M in sorted({smallest, 2 * d * d + 1, 3 * d * d, 4 * d * d, 8 * d * d + 5,
@@ -110,7 +110,7 @@ def test_paper_block_sizes_and_their_cap():
 
 def test_fit_rule_is_the_largest_block_of_the_paper_shape_that_fits():
     for M, d, order in itertools.product([19, 100, 1000, 5000, 33000, 98304], [4, 16, 64],
-                                         ["v1", "v2", "backward"]):
+                                         ["v1", "v2", "backward", "two_pass_backward"]):
         try:
             B_r, B_c = io.block_sizes(M, d, order, rule="fit")
         except ValueError as err:
@@ -144,7 +144,7 @@ def test_paper_blocks_overflow_an_sram_of_M_at_small_M():
 @pytest.mark.parametrize(("n_q", "n_k", "B_r", "B_c"),
                          [(100, 100, 16, 32), (70, 100, 16, 16), (100, 70, 32, 8),
                           (9, 11, 1, 1), (64, 64, 128, 16)])
-@pytest.mark.parametrize("order", ["v1", "v2", "backward"])
+@pytest.mark.parametrize("order", ["v1", "v2", "backward", "two_pass_backward"])
 def test_causal_traffic_visits_exactly_the_tiles_with_a_visible_entry(order, causal, n_q, n_k,
                                                                       B_r, B_c):
     """Independent count: a tile is visited iff the causal mask shows one of its entries."""
@@ -168,8 +168,11 @@ def test_causal_traffic_visits_exactly_the_tiles_with_a_visible_entry(order, cau
         assert got.writes["O"] == (n_q + rows_q) * d_v
     elif order == "v2":
         assert got.reads.get("K", 0) == rows_k * d and got.reads.get("V", 0) == rows_k * d_v
-    else:
+    elif order == "backward":
         assert got.reads["dQ"] == rows_q * d and got.writes["dQ"] == (n_q + rows_q) * d
+    else:  # pass 1 streams the visible Q_i past each K_j, pass 2 the visible K_j past each Q_i
+        assert got.reads["Q"] == (n_q + rows_q) * d and got.reads.get("dQ", 0) == 0
+        assert got.reads["K"] == (n_k + rows_k) * d and got.writes["dQ"] == n_q * d
     assert got.total <= full.total
     assert causal_tiles(n_q, n_k, B_r, B_c, causal)[0] == tiles
 
@@ -294,3 +297,18 @@ def test_bad_inputs_name_the_argument():
         io.sram_footprint("standard", 1, 1, 4)
     with pytest.raises(ValueError, match="order must be 'v1' or 'v2'"):
         io.block_counts("backward", 4, 4, 1, 1)
+
+
+def test_the_two_backward_schedules_trade_dQ_traffic_for_K_V_rereads():
+    """FlashAttention-2's schedule reads and writes dQ once per tile (the atomic adds); the
+    two-pass schedule writes dQ once but reads K and V once more per query block (and Q,
+    dO, L, D once more in all).  With square blocks and n_q = n_k the totals differ by
+    little: what separates the two on a GPU is the recomputation and the atomics."""
+    N, d, B = 1024, 64, 64
+    one = io.traffic("backward", N, N, d, B_r=B, B_c=B)
+    two = io.traffic("two_pass_backward", N, N, d, B_r=B, B_c=B)
+    T = N // B
+    assert one.reads["dQ"] == T * N * d and one.writes["dQ"] == (T + 1) * N * d
+    assert "dQ" not in two.reads and two.writes["dQ"] == N * d
+    assert two.reads["K"] == (1 + T) * N * d and one.reads["K"] == N * d
+    assert 0.8 < two.total / one.total < 1.2

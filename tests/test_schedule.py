@@ -17,6 +17,7 @@ from flashlib.naive import standard_attention
 from flashlib.schedule import (
     exactness_table,
     logged_tiles,
+    program_accesses,
     run_counted,
     simulate_parallel_outer_loop,
     tiling_frames,
@@ -158,3 +159,63 @@ def test_run_counted_orders_and_errors():
         run_counted("backward", Q, K, V, 4, 4)
     with pytest.raises(ValueError, match="order must be one of"):
         run_counted("v3", Q, K, V, 4, 4)
+
+
+# --- the programs of a run ------------------------------------------------------------------
+
+def _programs(run, stage):
+    return [p for p in run["programs"] if p["stage"] == stage]
+
+
+@pytest.mark.parametrize(("n_q", "n_k", "B_r", "B_c"),
+                         [(10, 7, 4, 3), (64, 64, 16, 16), (1, 1, 8, 8), (9, 11, 1, 1)])
+def test_program_accesses_of_the_two_backward_schedules(n_q, n_k, B_r, B_c):
+    T_r, T_c = math.ceil(n_q / B_r), math.ceil(n_k / B_c)
+    one = program_accesses("backward", n_q, n_k, B_r, B_c)
+    assert (one["T_r"], one["T_c"]) == (T_r, T_c)
+    # dQ = 0 before the launch; D by one program per query block; then one per key block
+    assert [(s["stage"], s["side"], s["programs"], s["writes"]) for s in one["stages"]] == [
+        (-1, None, 1, ["dQ"]), (0, "q", T_r, ["D"]), (1, "kv", T_c, ["dQ", "dK", "dV"])]
+    assert one["writers"]["dQ"] == [T_c] * T_r  # every key block's program adds into dQ_i
+    assert one["writers"]["dK"] == one["writers"]["dV"] == [1] * T_c
+    assert one["shared"] == (["dQ"] if T_c > 1 else [])
+    for p in _programs(one, 1):
+        j = p["block"]
+        assert p["reads"]["K"] == p["reads"]["V"] == [[j, j + 1]]
+        assert p["reads"]["Q"] == p["reads"]["dQ"] == [[0, T_r]]  # read-modify-write of dQ
+        assert p["writes"]["dQ"] == [[0, T_r]] and p["writes"]["dK"] == [[j, j + 1]]
+    two = program_accesses("two_pass_backward", n_q, n_k, B_r, B_c)
+    assert [(s["stage"], s["side"], s["programs"], s["writes"]) for s in two["stages"]] == [
+        (0, "q", T_r, ["D"]), (1, "kv", T_c, ["dK", "dV"]), (2, "q", T_r, ["dQ"])]
+    assert all(c == 1 for counts in two["writers"].values() for c in counts)
+    assert two["shared"] == []
+    for p in _programs(two, 2):
+        i = p["block"]
+        assert p["reads"]["Q"] == [[i, i + 1]] and p["reads"]["K"] == [[0, T_c]]
+        assert p["writes"] == {"dQ": [[i, i + 1]]} and "dQ" not in p["reads"]
+    json.dumps(one), json.dumps(two)
+
+
+def test_program_accesses_of_the_forward_orders_match_the_parallel_simulation():
+    """Algorithm 1's programs share O, l, m (the lost updates of
+    simulate_parallel_outer_loop); FlashAttention-2's share nothing."""
+    assert program_accesses("v1", 10, 7, 4, 3)["shared"] == ["O", "l", "m"]
+    assert program_accesses("v2", 10, 7, 4, 3)["shared"] == []
+
+
+def test_program_accesses_depend_on_blocks_not_rows():
+    """Which blocks each program moves is the same with blocks of 16 rows or of 1: the widget
+    runs the cheaper one."""
+    for order in ("backward", "two_pass_backward"):
+        big, small = (program_accesses(order, 64, 48, 16, 16),
+                      program_accesses(order, 4, 3, 1, 1))
+        assert big["programs"] == small["programs"] and big["writers"] == small["writers"]
+
+
+def test_program_accesses_bad_inputs():
+    with pytest.raises(ValueError, match="order must be one of"):
+        program_accesses("standard", 4, 4, 2, 2)
+    with pytest.raises(ValueError, match="n_q must be a positive integer"):
+        program_accesses("backward", 0, 4, 2, 2)
+    with pytest.raises(TypeError, match="B_c must be an integer"):
+        program_accesses("backward", 4, 4, 2, 2.0)

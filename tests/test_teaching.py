@@ -15,7 +15,7 @@ import pytest
 from conftest import max_err, ref_attention, torch_grads
 
 import flashlib
-from flashlib.backward import flash2_backward
+from flashlib.backward import flash2_backward, two_pass_backward
 from flashlib.decoding import split_kv_decode
 from flashlib.flash import flash2_forward
 from flashlib.flash_v1 import flash1_forward
@@ -24,7 +24,8 @@ from flashlib.online import merge_states, online_update
 from flashlib.stable_softmax import safe_softmax
 
 TEACHING = [safe_softmax, standard_attention, standard_attention_backward, online_update,
-            merge_states, flash1_forward, flash2_forward, flash2_backward, split_kv_decode]
+            merge_states, flash1_forward, flash2_forward, flash2_backward, two_pass_backward,
+            split_kv_decode]
 
 # (n_q, n_k, d, d_v, B_r, B_c)
 SHAPES = {
@@ -189,12 +190,14 @@ def test_backward_teaching_float64(case):
     teach = {
         "standard_attention_backward": standard_attention_backward(q, k, v, do),
         "flash2_backward": flash2_backward(q, k, v, o, lse, do, b_r, b_c),
+        "two_pass_backward": two_pass_backward(q, k, v, o, lse, do, b_r, b_c),
     }
     lib = {
         "standard_attention_backward": flashlib.naive_attention_backward(q, k, v, do),
         "flash2_backward": flashlib.flash_attention_backward(q, k, v, o, lse, do, block_q=b_r,
                                                              block_k=b_c),
     }
+    lib["two_pass_backward"] = lib["flash2_backward"]
     for name, grads in teach.items():
         for label, g, gl, r, x in zip("qkv", grads, lib[name], ref, (q, k, v), strict=True):
             assert g.shape == x.shape and g.dtype == np.float64, (name, label)
@@ -215,8 +218,26 @@ def test_backward_teaching_float32(case):
         "flash2_backward": (flash2_backward(q, k, v, o, lse, do, b_r, b_c),
                             flashlib.flash_attention_backward(q, k, v, o, lse, do, block_q=b_r,
                                                               block_k=b_c)),
+        "two_pass_backward": (two_pass_backward(q, k, v, o, lse, do, b_r, b_c),
+                              flashlib.flash_attention_backward(q, k, v, o, lse, do,
+                                                                block_q=b_r, block_k=b_c)),
     }
     for name, (teach, lib) in pairs.items():
         for label, g, gl in zip("qkv", teach, lib, strict=True):
             assert g.dtype == np.float32, (name, label, g.dtype)
             assert _rel(g, gl) <= tol, (name, label, _rel(g, gl), tol)
+
+
+@pytest.mark.parametrize("case", list(SHAPES))
+def test_the_two_backward_schedules_agree(case):
+    """Both schedules compute the same sums in a different grouping: equal to rounding in
+    float64; dK and dV are accumulated in the same order by both, so bit for bit equal."""
+    shape = SHAPES[case]
+    q, k, v, do = _qkv(shape, seed=3, logit=8.0)
+    b_r, b_c = shape[4:]
+    o, lse = flash2_forward(q, k, v, b_r, b_c)
+    one = flash2_backward(q, k, v, o, lse, do, b_r, b_c)
+    two = two_pass_backward(q, k, v, o, lse, do, b_r, b_c)
+    assert _rel(one[0], two[0]) <= F64_TOL
+    np.testing.assert_array_equal(one[1], two[1])
+    np.testing.assert_array_equal(one[2], two[2])
