@@ -10,7 +10,9 @@ per module:
 - :mod:`flashlib.naive`           standard attention (materialises S and P) and its backward
 - :mod:`flashlib.flash_v1`        FlashAttention, Algorithm 1 loop order
 - :mod:`flashlib.flash`           FlashAttention-2 loop order (the default implementation)
-- :mod:`flashlib.backward`        the recomputing backward pass
+- :mod:`flashlib.backward`        the recomputing backward pass (two schedules)
+- :mod:`flashlib.gradients`       the backward chapter's numerics: identities, gradient checks,
+                                  determinism, saved bytes and FLOPs, the base-2 trap
 - :mod:`flashlib.decoding`        split-KV decoding: one query row against a long KV cache
 - :mod:`flashlib.hbm`             the memory the teaching functions' HBM traffic goes through:
                                   plain numpy, or a counting memory with an SRAM of M elements

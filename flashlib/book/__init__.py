@@ -11,6 +11,8 @@ only by the function that needs it.
 - :mod:`flashlib.book.plots`      the book's figure style, figures with alt text
 - :mod:`flashlib.book.widgets`    ``interactive_figure``: sliders live in a kernel, static online
 - :mod:`flashlib.book.exercises`  the exercise checkers, one module per chapter
+- :mod:`flashlib.book.autograd`   torch autograd as a rung of the gradient-checking ladder
+                                  (optional: without torch it says so in words)
 """
 
 from flashlib.book.glue import glue, glued, print_glued
