@@ -354,7 +354,9 @@ class ProgramOrder(PlainMemory):
     """Plain numpy memory whose outermost loops visit their blocks in a random order, as the
     programs of a GPU launch finish in a different order from one run to the next.  Loops
     inside a program keep their order (one program runs its own loop in sequence).  Pass it
-    as ``mem`` to a teaching function; a new ``rng`` state gives a new order."""
+    as ``mem`` to a teaching function; a new ``rng`` state gives a new order.  (One order
+    for every dQ_i here; on a GPU each dQ_i's atomic adds may land in an order of their own:
+    more variety, the same effect.)"""
 
     def __init__(self, rng: np.random.Generator) -> None:
         self.rng = rng

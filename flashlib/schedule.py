@@ -473,7 +473,10 @@ def program_accesses(order: str, n_q: int, n_k: int, B_r: int, B_c: int) -> dict
     (:func:`flashlib.backward.two_pass_backward`), or a forward order "v1" / "v2".
     Returns a JSON-able dict: n_q, n_k, B_r, B_c, T_r, T_c, order;
     ``programs``: one :class:`Program` (as a dict) per program, in launch order;
-    ``stages``: per stage, its side, how many programs it launches and the arrays they write;
+    ``stages``: per stage, its side, how many programs it launches, the arrays they write,
+    and what each program moves, in words: ``reads`` / ``writes`` map an array to "own" (the
+    program's own block), "all" (every block), "some" (several blocks, not all) or "init"
+    (the whole array, before any loop);
     ``writers``: per array written inside a loop, how many programs write each of its blocks;
     ``shared``: the arrays some block of which more than one program writes (on a GPU those
     programs run at the same time, so their updates need atomic adds, or they are lost).
@@ -512,12 +515,34 @@ def program_accesses(order: str, n_q: int, n_k: int, B_r: int, B_c: int) -> dict
         members = [p for p in programs if p.stage == stage]
         stages.append({"stage": stage, "side": members[0].side, "programs": len(members),
                        "writes": sorted({a for p in members for a in p.writes},
-                                        key=_array_rank)})
+                                        key=_array_rank),
+                       "reads_by_program": _extent(members, "reads", T_r, T_c),
+                       "writes_by_program": _extent(members, "writes", T_r, T_c)})
     return {"order": order, "n_q": n_q, "n_k": n_k, "B_r": B_r, "B_c": B_c, "T_r": T_r,
             "T_c": T_c, "programs": [p._asdict() for p in programs], "stages": stages,
             "writers": writers,
             "shared": sorted((a for a, c in writers.items() if max(c, default=0) > 1),
                              key=_array_rank)}
+
+
+def _extent(members: list[Program], op: str, T_r: int, T_c: int) -> dict[str, str]:
+    """Per array touched by a stage's programs: "own" when each touches its own block only,
+    "all" when each touches every block, "init" for a whole-array write before the loops,
+    else "some"."""
+    out: dict[str, str] = {}
+    names = sorted({a for p in members for a in getattr(p, op)}, key=_array_rank)
+    for name in names:
+        T = T_c if name in KEY_SIDE_NAMES else T_r
+        runs = [getattr(p, op).get(name) for p in members]
+        if all(r == [[-1, 0]] for r in runs):
+            out[name] = "init"
+        elif all(r == [[p.block, p.block + 1]] for r, p in zip(runs, members, strict=True)):
+            out[name] = "own"
+        elif all(r == [[0, T]] for r in runs):
+            out[name] = "all"
+        else:
+            out[name] = "some"
+    return out
 
 
 def _array_rank(name: str) -> int:

@@ -189,6 +189,15 @@ def test_program_accesses_of_the_two_backward_schedules(n_q, n_k, B_r, B_c):
         (0, "q", T_r, ["D"]), (1, "kv", T_c, ["dK", "dV"]), (2, "q", T_r, ["dQ"])]
     assert all(c == 1 for counts in two["writers"].values() for c in counts)
     assert two["shared"] == []
+    if T_r > 1 and T_c > 1:  # with one block, "own" and "all" coincide
+        assert one["stages"][2]["reads_by_program"] == {
+            "Q": "all", "K": "own", "V": "own", "L": "all", "dO": "all", "dQ": "all",
+            "D": "all"}
+        assert one["stages"][2]["writes_by_program"] == {"dQ": "all", "dK": "own", "dV": "own"}
+        assert one["stages"][0]["writes_by_program"] == {"dQ": "init"}
+        assert two["stages"][2]["reads_by_program"] == {
+            "Q": "own", "K": "all", "V": "all", "L": "own", "dO": "own", "D": "own"}
+        assert two["stages"][2]["writes_by_program"] == {"dQ": "own"}
     for p in _programs(two, 2):
         i = p["block"]
         assert p["reads"]["Q"] == [[i, i + 1]] and p["reads"]["K"] == [[0, T_c]]
