@@ -359,7 +359,7 @@ def directive(name: str, arg: str, options: dict[str, str], body: str, page: Pag
     if name == "glossary":
         return glossary(body)
     if name == "dropdown" or (name in ADMONITIONS and "dropdown" in options.get("class", "")):
-        title = arg or name.capitalize()
+        title = re.sub(r"`([^`]*)`", r"<code>\1</code>", arg or name.capitalize())  # HTML
         return f"<details>\n<summary>{title}</summary>\n\n{body}\n\n</details>"
     if name in ("figure", "image"):
         alt = options.get("alt") or body or ""

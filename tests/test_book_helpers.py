@@ -202,8 +202,9 @@ def test_other_directives():
     figure = nbgen.jupyter_markdown("```{figure} _static/x.png\n:alt: An x\n\nThe x.\n```", p)
     assert figure.startswith("![An x](https://raw.githubusercontent.com/")
     assert figure.endswith("/book/_static/x.png)\n\n*The x.*")
-    deep = nbgen.jupyter_markdown(":::{dropdown} Deep dive: why\nBecause {math}`x`.\n:::", p)
-    assert deep == "<details>\n<summary>Deep dive: why</summary>\n\nBecause $x$.\n\n</details>"
+    deep = nbgen.jupyter_markdown(":::{dropdown} Deep dive: `f`\nBecause {math}`x`.\n:::", p)
+    assert deep == ("<details>\n<summary>Deep dive: <code>f</code></summary>\n\nBecause $x$."
+                    "\n\n</details>")
     tip = nbgen.jupyter_markdown("```{tip} More\n:class: dropdown\nText.\n```", p)
     assert tip == "<details>\n<summary>More</summary>\n\nText.\n\n</details>"
 

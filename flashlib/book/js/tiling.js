@@ -8,7 +8,9 @@ function draw(data, values, h) {
   var run = data.configs[key];
   if (!run) throw new Error("no schedule for " + key);
   var steps = run.steps, k = Math.min(values.step, steps.length - 1), st = steps[k];
-  var W = 360, grid = 200, cell = Math.min(grid / run.T_c, grid / run.T_r);
+  // the score matrix to scale: n rows by n_k columns in at most 200 x 200 units; a last
+  // block shorter than B_r or B_c shows as a thinner tile
+  var W = 360, scale = 200 / Math.max(run.n, run.n_k);
   var gx = 8, gy = 34, parts = [];
   var names = {v1: "Algorithm 1 (outer loop over K, V blocks)",
                v2: "FlashAttention-2 (outer loop over Q blocks)"};
@@ -25,16 +27,18 @@ function draw(data, values, h) {
     for (var j = 0; j < run.T_c; j++) {
       var current = st.tile && st.tile[0] === i && st.tile[1] === j;
       var fill = current ? "#E69F00" : computed[i + "," + j] ? "#56B4E9" : "none";
-      parts.push(h.el("rect", {x: gx + j * cell, y: gy + i * cell, width: cell, height: cell,
+      parts.push(h.el("rect", {x: gx + j * run.B_c * scale, y: gy + i * run.B_r * scale,
+        width: Math.min(run.B_c, run.n_k - j * run.B_c) * scale,
+        height: Math.min(run.B_r, run.n - i * run.B_r) * scale,
         fill: fill, "fill-opacity": current ? 1 : 0.45, stroke: "currentColor",
         "stroke-width": 0.5}));
     }
     if (done[i]) {
-      parts.push(h.el("rect", {x: gx - 6, y: gy + i * cell, width: 4, height: cell,
-        fill: "#009E73"}));
+      parts.push(h.el("rect", {x: gx - 6, y: gy + i * run.B_r * scale, width: 4,
+        height: Math.min(run.B_r, run.n - i * run.B_r) * scale, fill: "#009E73"}));
     }
   }
-  var tx = gx + run.T_c * cell + 12, y = gy + 10;
+  var tx = gx + run.n_k * scale + 12, y = gy + 10;
   function line(text, attrs) {
     parts.push(h.el("text", Object.assign({x: tx, y: y}, attrs || {}), h.esc(text)));
     y += 15;
@@ -48,7 +52,7 @@ function draw(data, values, h) {
   var reads = st.events.filter(function (e) { return e[0] === "read"; }).length;
   var writes = st.events.filter(function (e) { return e[0] === "write"; }).length;
   line(reads + " loads, " + writes + " stores");
-  y = Math.max(y, gy + run.T_r * cell) + 16;
+  y = Math.max(y, gy + run.n * scale) + 16;
   parts.push(h.el("text", {x: 0, y: y, "font-weight": "bold"}, "HBM traffic so far (elements)"));
   y += 16;
   var total = 0;
