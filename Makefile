@@ -21,12 +21,15 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 
 ## make book: execute every chapter and build the static site into _build/html
 # Sphinx and the execution cache only notice changes to the chapters themselves (and to files
-# they literalinclude); when flashlib changes, every glued number and figure must be
-# recomputed, so the build starts afresh.
-FLASHLIB_HASH := $(shell find flashlib -name '*.py' | LC_ALL=C sort | xargs cat | sha256sum | cut -c1-16)
+# they literalinclude); when flashlib changes (its .py and its widgets' .js), every glued
+# number and figure must be recomputed, so the build starts afresh.
+# The book's Sphinx extension and theme templates shape every page: a change rebuilds too.
+FLASHLIB_HASH := $(shell find flashlib scripts/book_extension.py book/_templates -type f \
+	\( -name '*.py' -o -name '*.js' -o -name '*.html' \) | LC_ALL=C sort | xargs cat \
+	| sha256sum | cut -c1-16)
 book: $(STAMP)
 	@if [ "$$(cat _build/.flashlib-hash 2>/dev/null)" != "$(FLASHLIB_HASH)" ]; then \
-		echo "flashlib changed: rebuilding and re-executing every chapter"; rm -rf _build; fi
+		echo "flashlib or the book's extension changed: rebuilding and re-executing every chapter"; rm -rf _build; fi
 	$(BIN)/jupyter-book build . -W -n --keep-going
 	echo "$(FLASHLIB_HASH)" > _build/.flashlib-hash
 

@@ -204,6 +204,11 @@ def check_outputs(name: str, source: Path, nb, torch: bool) -> list[str]:
             views = [o for o in cell.outputs if WIDGET_VIEW in o.get("data", {})]
             if not views or not all(o.data[WIDGET_VIEW].get("model_id") for o in views):
                 problems.append(f"{where}: no live widget view in its output")
+        if "svg_figure(" in cell.source and not cell.source.lstrip().startswith("def"):
+            drawn = [o for o in cell.outputs
+                     if "flashlib-ifig-svg" in o.get("data", {}).get("text/html", "")]
+            if not drawn:
+                problems.append(f"{where}: no drawn figure (svg_figure's HTML) in its output")
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     if not torch and re.search(r"torch_available|import torch", code):
         texts = [output_text(o) for c in nb.cells if c.cell_type == "code" for o in c.outputs]

@@ -39,12 +39,23 @@ line first):
     {glue:text}`name:.2f` (any {glue})      `name` in code font, printed by the cell before (see
                                             above); the title cell gets a note saying so
     {math}`x`                               $x$; any other role: its text in code font
-    :::{exercise} / {solution-start} L      "### Exercise N" + the text quoted / <details> with
-                                            "Solution to Exercise N" as its summary (numbered
-                                            in chapter order) up to {solution-end}, or to the
-                                            end of the cell, reopened in the next one
+    {term}`HBM` (or {term}`text <HBM>`)     [HBM](glossary.ipynb#HBM): the glossary notebook,
+                                            whose terms are headings
+    :::{exercise} / {solution-start} L      "### Exercise C.K" + the text quoted / <details>
+                                            with "Solution to Exercise C.K" as its summary (C
+                                            the chapter's number, `chapter_number`, K the
+                                            exercise's rank in it: the site's numbers) up to
+                                            {solution-end}, or to the end of the cell,
+                                            reopened in the next one
+    :::{dropdown} title (and :class: dropdown)  <details> with the title as its summary
+    {glossary}                              each term a "#### term" heading, then its text
     {math}, {figure}/{image}, admonitions   $$ block, ![caption](raw GitHub URL), "> **Note**"
     (label)= lines, % comments              dropped; markdown cells left empty are dropped
+
+Code cells tagged ``hide-input`` or ``remove-input`` (the chapters' bookkeeping: glue calls,
+asserts about the prose, plotting) are collapsed in the notebooks, under a ``#@title`` taken
+from their first comment line; their numbers are printed before the text that cites them.
+A page without code cells (the glossary) gets no set-up cell.
 """
 
 from __future__ import annotations
@@ -118,6 +129,18 @@ def chapters() -> list[Path]:
     return [path for path in toc_files() if is_notebook(path)]
 
 
+def chapter_number(path: Path) -> int | None:
+    """The chapter's number: its rank among the notebook chapters of _toc.yml, from 1 (the
+    root, the Introduction, is chapter 1); None for a page that is not one.  Exercises are
+    numbered "Exercise <chapter>.<k>" with it, on the site (scripts/book_extension.py) and in
+    the notebooks."""
+    resolved = Path(path).resolve()
+    for number, chapter in enumerate(chapters(), 1):
+        if chapter.resolve() == resolved:
+            return number
+    return None
+
+
 # ---------------------------------------------------------------------------------------------
 # MyST -> CommonMark for the markdown cells
 # ---------------------------------------------------------------------------------------------
@@ -137,7 +160,11 @@ GLUE_NOTE = (
 )
 #: Metadata that makes JupyterLab show only a cell's first line and Colab its `#@title` form.
 COLLAPSED_CODE = {"cellView": "form", "jupyter": {"source_hidden": True}}
-SOLUTION_MARK = re.compile(r"\x00solution-(?P<kind>start|end)(?: (?P<number>\d+))?\x00")
+SOLUTION_MARK = re.compile(r"\x00solution-(?P<kind>start|end)(?: (?P<number>[\d.]+))?\x00")
+#: Tags of the code cells the website hides (myst-nb): collapsed in the notebooks.
+HIDDEN_INPUT = {"hide-input", "remove-input"}
+#: The page whose {glossary} the {term} role links to.
+GLOSSARY = "book/glossary"
 
 
 @dataclass
@@ -150,9 +177,10 @@ class Page:
     sits inside a solution."""
 
     source: Path
-    exercises: dict[str, int] = field(default_factory=dict)
+    exercises: dict[str, str] = field(default_factory=dict)
+    n_exercises: int = 0
     glue_names: list[str] = field(default_factory=list)
-    solution: int | None = None
+    solution: str | None = None
     cited: list[tuple[str, bool]] = field(default_factory=list)
 
 
@@ -215,6 +243,36 @@ def doc_link(target: str, page: Page) -> str:
     return f"[{text}]({Path(rel).name}.ipynb)" if notebook else f"*{text}* (on the book's website)"
 
 
+def term_anchor(term: str) -> str:
+    """The anchor JupyterLab gives the glossary notebook's heading of ``term``."""
+    return term.strip().replace(" ", "-")
+
+
+def term_link(text: str, page: Page) -> str:
+    """``{term}`HBM``` or ``{term}`text <HBM>``` as a link to the term in the glossary
+    notebook (a heading there); in italics when the glossary is not a notebook."""
+    match = re.fullmatch(r"(?P<text>.*?)\s*<(?P<target>[^<>]+)>", text)
+    text, term = (match["text"], match["target"]) if match else (text, text)
+    if GLOSSARY not in page_titles():
+        raise ValueError(f"{{term}}`{term}`: no {GLOSSARY} in _toc.yml")
+    if not page_titles()[GLOSSARY][1]:
+        return f"*{text}*"
+    here = page.source.resolve() == (ROOT / f"{GLOSSARY}.md").resolve()
+    notebook = "" if here else f"{Path(GLOSSARY).name}.ipynb"
+    return f"[{text}]({notebook}#{term_anchor(term)})"
+
+
+def glossary(body: str) -> str:
+    """A {glossary} body (terms at the left margin, their text indented) as headings + text."""
+    out: list[str] = []
+    for line in body.split("\n"):
+        if line.strip() and not line[:1].isspace():
+            out.append(f"\n#### {line.strip()}\n")
+        else:
+            out.append(line.strip())
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip("\n")
+
+
 def role(name: str, text: str, page: Page) -> str:
     if name == "doc":
         return doc_link(text, page)
@@ -232,6 +290,8 @@ def role(name: str, text: str, page: Page) -> str:
         return f"`{glue_name}`"
     if name == "math":
         return f"${text}$"
+    if name == "term":
+        return term_link(text, page)
     match = re.fullmatch(r"(?P<text>.*?)\s*<(?P<target>[^<>]+)>", text)
     return f"`{match['text'] if match else text}`"
 
@@ -284,13 +344,14 @@ def directive(name: str, arg: str, options: dict[str, str], body: str, page: Pag
     if name == "literalinclude":
         return literalinclude(arg, options, page)
     if name == "exercise":
-        number = len(page.exercises) + 1
+        page.n_exercises += 1
+        number = f"{chapter_number(page.source)}.{page.n_exercises}"
         if "label" in options:
             page.exercises[options["label"]] = number
         title = f"### Exercise {number}" + (f": {arg}" if arg else "")
         return f"{title}\n\n{quote(body)}" if body else title
     if name in ("solution-start", "solution"):
-        number = page.exercises.get(arg, 0)
+        number = page.exercises.get(arg, "")
         start = f"\x00solution-start {number}\x00"
         if name == "solution":  # the whole solution in its body
             return f"{start}\n\n{body}\n\n\x00solution-end\x00"
@@ -299,6 +360,11 @@ def directive(name: str, arg: str, options: dict[str, str], body: str, page: Pag
         return "\x00solution-end\x00"
     if name == "math":
         return f"$$\n{body}\n$$"
+    if name == "glossary":
+        return glossary(body)
+    if name == "dropdown" or (name in ADMONITIONS and "dropdown" in options.get("class", "")):
+        title = re.sub(r"`([^`]*)`", r"<code>\1</code>", arg or name.capitalize())  # HTML
+        return f"<details>\n<summary>{title}</summary>\n\n{body}\n\n</details>"
     if name in ("figure", "image"):
         alt = options.get("alt") or body or ""
         image = f"![{alt}]({raw_url(page.source.parent / arg)})"
@@ -334,7 +400,7 @@ def jupyter_markdown(text: str, page: Page) -> str:
             end = next((k for k in range(j, len(lines))
                         if lines[k].strip() == opened["fence"]), len(lines))
             if opened["name"] in ("solution-start", "solution"):
-                page.solution = page.exercises.get(opened["arg"], 0)
+                page.solution = page.exercises.get(opened["arg"], "")
             body = jupyter_markdown("\n".join(lines[j:end]).strip("\n"), page)
             out.append(directive(opened["name"], opened["arg"], options, body, page))
             if opened["name"] in ("solution-end", "solution"):
@@ -380,6 +446,17 @@ def colab_cell() -> nbformat.NotebookNode:
     return nbformat.v4.new_code_cell(source, metadata=COLLAPSED_CODE)
 
 
+def collapsed_source(source: str) -> str:
+    """A hidden cell's code under a ``#@title``: its first comment line (``# Bookkeeping:
+    ...`` -> ``#@title Bookkeeping: ...``), else "Show the code"."""
+    first, _, rest = source.partition("\n")
+    if first.startswith("#@title"):
+        return source
+    if first.startswith("# "):
+        return f"#@title {first[2:].strip()}\n{rest}"
+    return f"#@title Show the code\n{source}"
+
+
 def numbers_cell(cited: list[tuple[str, bool]]) -> nbformat.NotebookNode:
     """The collapsed cell printing the glued numbers that the next markdown cell cites; the
     cell's output is collapsed too when every citation is inside a solution."""
@@ -394,12 +471,12 @@ def numbers_cell(cited: list[tuple[str, bool]]) -> nbformat.NotebookNode:
     return nbformat.v4.new_code_cell(source, metadata={"cellView": "form", "jupyter": jupyter})
 
 
-def wrap_solutions(text: str, open_before: int | None) -> str:
+def wrap_solutions(text: str, open_before: str | None) -> str:
     """Turn the solution marks of one rewritten markdown cell into ``<details>`` elements: a
     solution open when the cell starts (``open_before``) reopens as "(continued)"; one still
     open at its end is closed there (the next cell reopens it)."""
 
-    def opening(number: int, continued: bool = False) -> str:
+    def opening(number: str, continued: bool = False) -> str:
         title = f"Solution to Exercise {number}" if number else "Solution"
         return (f"<details>\n<summary>{title}{' (continued)' if continued else ''}</summary>"
                 "\n\n")
@@ -410,7 +487,7 @@ def wrap_solutions(text: str, open_before: int | None) -> str:
     for mark in SOLUTION_MARK.finditer(text):
         out.append(text[pos : mark.start()])
         if mark["kind"] == "start":
-            open_now = int(mark["number"])
+            open_now = mark["number"] or ""
             out.append(opening(open_now))
         else:
             open_now = None
@@ -455,6 +532,9 @@ def clean_notebook(source: Path, citations: dict[str, list[str]] | None = None,
             number = f" {page.solution}" if page.solution else ""
             cell.source = f"#@title Solution to Exercise{number}\n{cell.source}"
             cell.metadata = COLLAPSED_CODE | {"tags": cell.metadata.get("tags", [])}
+        elif cell.cell_type == "code" and HIDDEN_INPUT & set(cell.metadata.get("tags", [])):
+            cell.source = collapsed_source(cell.source)
+            cell.metadata = COLLAPSED_CODE | {"tags": cell.metadata.get("tags", [])}
         cells.append(cell)
         cited_by.append([ref.split(":", 1)[0] for ref, _ in page.cited]
                         if cell.cell_type == "markdown" else [])
@@ -468,14 +548,15 @@ def clean_notebook(source: Path, citations: dict[str, list[str]] | None = None,
     if page.glue_names:
         head += "\n\n" + GLUE_NOTE.format(name=page.glue_names[0])
     cells[title].source = head
-    extra = [colab_cell()]
+    has_code = any(c.cell_type == "code" for c in cells)
+    extra = [colab_cell()] if has_code else []
     if rest:
         extra.append(nbformat.v4.new_markdown_cell(rest))
         cited_by[title], cited_by_rest = [], cited_by[title]
     else:
         cited_by_rest = []
     cells[title + 1 : title + 1] = extra
-    cited_by[title + 1 : title + 1] = [[]] + ([cited_by_rest] if rest else [])
+    cited_by[title + 1 : title + 1] = [[]] * has_code + ([cited_by_rest] if rest else [])
     if rest and cited_by_rest:  # numbers for the text after the title go before it
         raise ValueError(f"{source.relative_to(ROOT)}: the text before the first code cell "
                          f"cites glued numbers {cited_by_rest}; no cell has computed them")

@@ -12,7 +12,7 @@ Registered in _config.yml (``sphinx: local_extensions``); it does nothing unless
   writer (executablebooks/sphinx-exercise#89); here the gated solutions are merged first (its
   transform) and the merged nodes removed after (``doctree-read``), before anything is
   written or indexed for search;
-- the "Open in Colab" link (scripts/colab_link.py) points at notebooks/student/<name>.ipynb,
+- the "Open in Colab" link (scripts/book_extension.py) points at notebooks/student/<name>.ipynb,
   the notebook without solutions (``make notebooks`` writes both);
 - the chapters' sources are not copied into the site (``html_copy_source = False``: the
   ``_sources/*.md`` files hold the solutions), and the theme's buttons that download them are
@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from colab_link import colab_url
+from book_extension import colab_url
 from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.config import Config
@@ -89,6 +89,6 @@ def drop_source_buttons(app: Sphinx, pagename: str, templatename: str, context: 
 def setup(app: Sphinx) -> dict:
     app.add_config_value("student_edition", os.environ.get(ENV, "") not in ("", "0"), "env")
     app.connect("config-inited", configure)
-    app.connect("doctree-read", remove_solutions, priority=600)  # after colab_link's link
+    app.connect("doctree-read", remove_solutions, priority=600)  # after book_extension's link
     app.connect("html-page-context", drop_source_buttons, priority=600)  # after the theme's
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

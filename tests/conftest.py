@@ -29,7 +29,7 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "flashlib-ci"))
 
-# scripts/ (notebooks.py, colab_link.py) importable as top-level modules, as in the book build
+# scripts/ (notebooks.py, book_extension.py) importable as top-level modules, as in the book build
 # (Jupyter Book puts the local_extensions folder on sys.path): one module object per script.
 _SCRIPTS = str(Path(__file__).resolve().parent.parent / "scripts")
 if _SCRIPTS not in sys.path:
@@ -259,3 +259,20 @@ def _default_errstate():
     errors) whatever another test module did to the global state."""
     with np.errstate(divide="warn", over="warn", invalid="warn", under="ignore"):
         yield
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The page weights the browser tests measured (tests/test_site.py), one line per page,
+    also written to test-artifacts/page-weights.json."""
+    browser = sys.modules.get("browser")
+    weights = getattr(browser, "PAGE_WEIGHTS", None)
+    if not weights:
+        return
+    limit = browser.MAX_PAGE_BYTES
+    terminalreporter.write_sep("-", f"page weights (limit {limit / 1e6:.1f} MB, everything "
+                                    "the browser loads)")
+    for page, size in sorted(weights.items()):
+        terminalreporter.write_line(f"{size / 1e6:6.2f} MB  {page}")
+    site = sys.modules.get("test_site")
+    if site is not None:
+        site.write_weights()

@@ -66,7 +66,8 @@ def _cells(html: str, tag: str) -> list[str]:
 def test_html_table_escapes_keeps_cells_and_checks_row_length():
     table = book.html_table(["x", "a<b"], [[1, "<i>"], [2.5, "&"], ["1.50", "0012"]])
     html = table.data
-    assert html.startswith('<table class="table">') and html.rstrip().endswith("</table>")
+    assert html.startswith('<div class="flashlib-table" tabindex="0"><table class="table">')
+    assert html.rstrip().endswith("</table></div>")
     assert _cells(html, "th") == ["x", "a&lt;b"]
     # escaped, and shown as given: no re-formatting of numbers ("1.50" stays "1.50")
     assert _cells(html, "td") == ["1", "&lt;i&gt;", "2.5", "&amp;", "1.50", "0012"]
@@ -152,12 +153,12 @@ def test_exercises_solutions_labels_and_plain_code_untouched():
     ])
     out = nbgen.markdown_cell(text, p)
     assert out == "\n".join([
-        "### Exercise 1",
+        "### Exercise 3.1",
         "",
         "> Do `n_long`.",
         "",
         "<details>",
-        "<summary>Solution to Exercise 1</summary>",
+        "<summary>Solution to Exercise 3.1</summary>",
         "",
         "```python",
         "x = {doc}`not a role inside code`",
@@ -167,11 +168,11 @@ def test_exercises_solutions_labels_and_plain_code_untouched():
         "",
         "</details>",
         "",
-        "### Exercise 2: A title",
+        "### Exercise 3.2: A title",
         "",
         "> Second.",
     ])
-    assert p.exercises == {"ex-a": 1}
+    assert p.exercises == {"ex-a": "3.1"} and p.n_exercises == 2
     assert p.cited == [("n_long", False), ("gib_long:.1f", True)]
     assert p.solution is None
 
@@ -181,10 +182,11 @@ def test_solution_across_cells_reopens_and_closes():
     p = page()
     nbgen.markdown_cell(":::{exercise}\n:label: ex-a\nDo it.\n:::", p)
     first = nbgen.markdown_cell("```{solution-start} ex-a\n:class: dropdown\n```\n\nHint.", p)
-    assert first == "<details>\n<summary>Solution to Exercise 1</summary>\n\nHint.\n\n</details>"
-    assert p.solution == 1  # still open: the code cell after it is part of the solution
+    assert first == ("<details>\n<summary>Solution to Exercise 3.1</summary>\n\nHint.\n\n"
+                     "</details>")  # online softmax is chapter 3: numbered as on the site
+    assert p.solution == "3.1"  # still open: the code cell after it is part of the solution
     second = nbgen.markdown_cell("More.\n\n```{solution-end}\n```\n\nAfter.", p)
-    assert second == ("<details>\n<summary>Solution to Exercise 1 (continued)</summary>\n\n"
+    assert second == ("<details>\n<summary>Solution to Exercise 3.1 (continued)</summary>\n\n"
                       "More.\n\n</details>\n\nAfter.")
     assert p.solution is None
     # only the end mark in a cell: no empty <details>
@@ -200,6 +202,38 @@ def test_other_directives():
     figure = nbgen.jupyter_markdown("```{figure} _static/x.png\n:alt: An x\n\nThe x.\n```", p)
     assert figure.startswith("![An x](https://raw.githubusercontent.com/")
     assert figure.endswith("/book/_static/x.png)\n\n*The x.*")
+    deep = nbgen.jupyter_markdown(":::{dropdown} Deep dive: `f`\nBecause {math}`x`.\n:::", p)
+    assert deep == ("<details>\n<summary>Deep dive: <code>f</code></summary>\n\nBecause $x$."
+                    "\n\n</details>")
+    tip = nbgen.jupyter_markdown("```{tip} More\n:class: dropdown\nText.\n```", p)
+    assert tip == "<details>\n<summary>More</summary>\n\nText.\n\n</details>"
+
+
+def test_glossary_terms_link_to_the_glossary_notebook():
+    p = page()
+    assert nbgen.inline("in {term}`HBM` and {term}`warps <warp>`", p) == (
+        "in [HBM](glossary.ipynb#HBM) and [warps](glossary.ipynb#warp)")
+    assert nbgen.inline("{term}`tensor core`", page("glossary")) == "[tensor core](#tensor-core)"
+    glossary = nbgen.jupyter_markdown(
+        "```{glossary}\nHBM\n  Slow memory {cite:p}`dao2022flashattention`.\n"
+        "tensor core\n  A unit.\n  Fast.\n```", p)
+    assert glossary.startswith("#### HBM\n\nSlow memory ([Dao et al., 2022](")
+    assert glossary.endswith("#### tensor core\n\nA unit.\nFast.")
+    # every {term} of the book names a term of the glossary
+    terms = set(re.findall(r"^(\S[^\n]*)$", re.search(
+        r"```\{glossary\}\n(.*?)\n```", (ROOT / "book" / "glossary.md").read_text(), re.S)[1],
+        re.M))
+    for source in nbgen.toc_files():
+        for text in re.findall(r"\{term\}`([^`]*)`", source.read_text(encoding="utf-8")):
+            target = re.fullmatch(r".*?<(.+)>", text)
+            assert (target[1] if target else text) in terms, (source.name, text)
+
+
+def test_hidden_cells_are_collapsed_under_a_title():
+    assert nbgen.collapsed_source("# Bookkeeping: numbers\nx = 1") == (
+        "#@title Bookkeeping: numbers\nx = 1")
+    assert nbgen.collapsed_source("x = 1") == "#@title Show the code\nx = 1"
+    assert nbgen.collapsed_source("#@title Kept\nx = 1") == "#@title Kept\nx = 1"
 
 
 def test_generated_notebooks_have_no_myst_left():

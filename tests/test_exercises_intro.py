@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from flashlib.book import site
+from flashlib.book.exercises import ON_THE_SITE, broadcast_hint, shape_problem
 from flashlib.book.exercises.intro import (
     check_attention_flops,
     check_attention_shapes,
     check_reference_attention,
+    check_standard_traffic,
 )
 
 
@@ -21,6 +25,10 @@ def test_flops():
     assert not half.passed and "multiply-add" in str(half)
     only_s = check_attention_flops(lambda n_q, n_k, d, d_v: 2 * n_q * n_k * d)
     assert not only_s.passed and "O = P v" in str(only_s)
+    # on square cases (d = d_v) only S is exactly half the answer, like counting multiply-adds:
+    # the diagnosis comes from the formula that matches every case
+    assert "multiply-add" not in str(only_s), str(only_s)
+    assert str(only_s).count("only S = q k^T") == len(only_s.problems) == 5
     assert "not attempted" in str(check_attention_flops(not_attempted))
     assert "raised" in str(check_attention_flops(lambda *a: 1 / 0))
 
@@ -64,3 +72,67 @@ def test_reference_attention():
     )
     assert not promoted.passed and "float64" in str(promoted)
     assert "not attempted" in str(check_reference_attention(not_attempted))
+
+
+def test_standard_traffic():
+    def right(n_q, n_k, d, d_v):
+        return n_q * d + n_k * d + n_k * d_v + 4 * n_q * n_k + n_q * d_v
+
+    assert check_standard_traffic(right).passed
+    once = check_standard_traffic(lambda n_q, n_k, d, d_v: right(n_q, n_k, d, d_v)
+                                  - 2 * n_q * n_k)
+    assert not once.passed and "read back once" in str(once)
+    only_matrices = check_standard_traffic(lambda n_q, n_k, d, d_v: 4 * n_q * n_k)
+    assert "Q, K, V are read" in str(only_matrices)
+    no_o = check_standard_traffic(lambda n_q, n_k, d, d_v: right(n_q, n_k, d, d_v) - n_q * d_v)
+    assert "writing O" in str(no_o)
+    in_bytes = check_standard_traffic(lambda *a: 4 * right(*a))
+    assert "bytes" in str(in_bytes)
+    assert "expected a number" in str(check_standard_traffic(lambda *a: "many"))
+    assert "not attempted" in str(check_standard_traffic(not_attempted))
+
+
+def test_shape_mistakes_are_explained():
+    def no_keepdims(q, k, v):
+        s = (q @ np.swapaxes(k, -1, -2)) * q.dtype.type(1 / np.sqrt(q.shape[-1]))
+        p = np.exp(s - s.max(axis=-1))
+        return p / p.sum(axis=-1) @ v
+
+    fb = check_reference_attention(no_keepdims)
+    text = str(fb)
+    assert not fb.passed and "could not be broadcast" not in text
+    assert "keepdims=True" in text and "shape mismatch" in text
+    # the square case broadcasts silently: diagnosed from the values
+    assert "lost their axis" in text or "own maximum" in text
+    transposed = check_reference_attention(lambda q, k, v: attention(q, k, v).swapaxes(-1, -2))
+    assert "shape" in str(transposed) and not transposed.passed
+    assert shape_problem(np.ones(4), (4, 1)).endswith("(keepdims=True, or [:, None])")
+    assert "swapped" in shape_problem((2, 3, 5), (2, 5, 3))
+    assert "leading" in shape_problem((5, 3), (2, 5, 3))
+    assert shape_problem((2, 5, 3), (2, 5, 3)) is None
+    assert broadcast_hint("something else") is None
+    try:
+        np.ones((4, 8)) @ np.ones((4, 8))
+    except ValueError as err:
+        assert "transpose" in broadcast_hint(str(err))
+
+
+def test_no_verdict_on_the_website(monkeypatch):
+    """While the book is built, a checker's output is one neutral line: no verdict, no hint."""
+    monkeypatch.setenv(site.STATIC_ENV, "1")
+    for fb in (check_attention_flops(not_attempted), check_reference_attention(attention),
+               check_attention_flops(lambda n_q, n_k, d, d_v: 2 * n_q * n_k * d)):
+        assert str(fb) == f"{fb.exercise}: {ON_THE_SITE}"
+    assert check_reference_attention(attention).passed  # the verdict itself is unchanged
+    monkeypatch.setenv(site.STATIC_ENV, "0")
+    assert "PASSED" in str(check_reference_attention(attention))
+
+
+@pytest.mark.parametrize("name", ["check_attention_flops", "check_standard_traffic"])
+def test_counting_checkers_survive_odd_answers(name):
+    import flashlib.book.exercises.intro as intro
+
+    check = getattr(intro, name)
+    assert "expected a number" in str(check(lambda *a: None))
+    assert "expected a number" in str(check(lambda *a: float("nan")))
+    assert "raised" in str(check(lambda *a: [][1]))

@@ -61,6 +61,10 @@ def test_setup_cell_installs_the_books_release_without_upgrading_colab():
 def test_setup_cell_follows_the_title(source):
     nb = generated(source)
     assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# ")
+    if not any(c.cell_type == "code" for c in notebooks.jupytext.read(source).cells):
+        # a page without code (the glossary) has nothing to install
+        assert not any(c.cell_type == "code" for c in nb.cells)
+        return
     assert nb.cells[1].source == notebooks.colab_cell().source
     assert dict(nb.cells[1].metadata) == COLLAPSED
     assert [c for c in nb.cells if c.cell_type == "code"][0] is nb.cells[1]
@@ -182,20 +186,23 @@ def test_solutions_start_collapsed(source):
             outside = re.sub(r"<details>.*?</details>", "", html, flags=re.S)
             assert "Solution" not in outside, outside[:300]
             for body in re.findall(r"<details>(.*?)</details>", html, flags=re.S):
-                assert body.lstrip().startswith("<summary>Solution")
+                assert body.lstrip().startswith("<summary>")  # a solution or a deep dive
                 assert "<p>" in body or "<pre>" in body  # markdown rendered inside
-            summaries += re.findall(r"<summary>(Solution to Exercise \d+)</summary>",
+            summaries += re.findall(r"<summary>(Solution to Exercise [\d.]+)</summary>",
                                     cell.source)
         elif cell.source.startswith("#@title Solution"):
             assert dict(cell.metadata) == COLLAPSED
     assert len(summaries) == n_solutions
-    assert summaries == [f"Solution to Exercise {n}" for n in range(1, n_solutions + 1)]
+    chapter = notebooks.chapter_number(source)  # numbered per chapter, as on the site
+    assert summaries == [f"Solution to Exercise {chapter}.{n}"
+                         for n in range(1, n_solutions + 1)]
 
 
 @pytest.mark.parametrize("source", CHAPTERS, ids=lambda p: p.stem)
 def test_solution_code_cells_are_collapsed(source):
-    """Every code cell between a solution's start and end is collapsed, and no other one
-    except the set-up and numbers cells."""
+    """Every code cell between a solution's start and end is collapsed, and so is every cell
+    the website hides (hide-input, remove-input), and no other one except the set-up and
+    numbers cells."""
     nb = generated(source).cells
     original = notebooks.jupytext.read(source, fmt="md:myst").cells
     in_solution, expected = False, []
@@ -205,14 +212,17 @@ def test_solution_code_cells_are_collapsed(source):
                                    re.MULTILINE):
                 in_solution = mark == "solution-start"
         else:
-            expected.append(in_solution)
+            hidden = bool(notebooks.HIDDEN_INPUT & set(cell.metadata.get("tags", [])))
+            expected.append((in_solution, hidden))
     code = [c for c in nb if c.cell_type == "code"
             and not c.source.startswith(("#@title Set-up", "#@title Numbers in"))]
-    assert [c.source.startswith("#@title Solution") for c in code] == expected
-    for cell, solution in zip(code, expected, strict=True):
+    assert [c.source.startswith("#@title Solution") for c in code] == [s for s, _ in expected]
+    for cell, (solution, hidden) in zip(code, expected, strict=True):
         collapsed = (cell.metadata.get("cellView") == "form"
                      and cell.metadata.get("jupyter", {}).get("source_hidden") is True)
-        assert collapsed == solution, cell.source[:80]
+        assert collapsed == (solution or hidden), cell.source[:80]
+        if hidden and not solution:
+            assert cell.source.startswith("#@title "), cell.source[:80]
 
 
 def test_committed_notebooks_are_the_generated_ones():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import colab_link  # scripts/ is on sys.path (tests/conftest.py)
+import book_extension  # scripts/ is on sys.path (tests/conftest.py)
 import pytest
 import yaml
 
@@ -20,7 +20,10 @@ def test_every_chapter_is_a_notebook_in_the_toc():
     assert pages == entries
     chapters = [path.relative_to(ROOT).with_suffix("").as_posix() for path in notebooks.chapters()]
     assert chapters == [e for e in entries if e != "book/references"], chapters
-    assert chapters[0] == "book/intro"
+    assert chapters[0] == "book/intro" and chapters[-1] == "book/glossary"
+    assert [notebooks.chapter_number(p) for p in notebooks.chapters()] == list(
+        range(1, len(chapters) + 1))
+    assert notebooks.chapter_number(ROOT / "book" / "references.md") is None
 
 
 def test_toc_entry_without_its_file_is_an_error(tmp_path, monkeypatch):
@@ -55,10 +58,10 @@ def test_generated_notebook_is_deterministic_and_clean(source):
 
 
 def test_colab_url():
-    url = colab_link.colab_url("https://github.com/org/repo", "main", "intro")
+    url = book_extension.colab_url("https://github.com/org/repo", "main", "intro")
     assert url == "https://colab.research.google.com/github/org/repo/blob/main/notebooks/intro.ipynb"
     with pytest.raises(ValueError, match="github.com"):
-        colab_link.colab_url("https://gitlab.com/org/repo", "main", "intro")
+        book_extension.colab_url("https://gitlab.com/org/repo", "main", "intro")
 
 
 def test_colab_cell_installs_exactly_the_configured_repository():
@@ -74,8 +77,8 @@ def test_colab_cell_installs_exactly_the_configured_repository():
 def test_repository_is_the_configured_one():
     config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))["repository"]
     assert notebooks.repository() == (config["url"], config["branch"])
-    assert colab_link.repository is notebooks.repository
-    assert colab_link.is_notebook is notebooks.is_notebook
+    assert book_extension.repository is notebooks.repository
+    assert book_extension.is_notebook is notebooks.is_notebook
 
 
 def test_install_urls():

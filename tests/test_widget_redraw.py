@@ -50,7 +50,8 @@ def draw_line(a):
     return fig
 
 
-interactive_figure(draw_line, {"a": [1, 2, 3]}, alt="A line")
+interactive_figure(draw_line, {"a": [1, 2, 3]}, labels={"a": "slope a of the line"},
+                   caption="What to notice: the line gets steeper.", alt="A line")
 ```
 
 ```{code-cell} ipython3

@@ -7,6 +7,13 @@ Nothing numeric lives here: chapters compute with flashlib's numeric modules, th
     fig, ax = new_figure()
     ax.plot(x, y)
     show(fig, alt="Line plot of ...")   # last expression of a cell: the figure, with alt text
+
+Figures are designed for a phone's column as much as a desktop's: the default figure is 5.2 in
+wide at 10 pt, so that text keeps about 9.5 px when a 390 px wide phone shows the figure 358 px
+wide (text size there = points x 358 / (72 x width in inches)). Two panels go one above the
+other (``new_figure(2, 1, figsize=(5.2, 5.6))``), not side by side. Every PNG is shown as a
+palette PNG (:func:`light_png`, about a quarter of the bytes) and carries its smallest text
+size in pixels (``data-text-px``), which the browser tests check at 390 px.
 """
 
 from __future__ import annotations
@@ -32,6 +39,10 @@ PALETTE: list[str] = list(OKABE_ITO.values())
 
 #: Resolution of the PNGs shown in the book and in widgets.
 DPI = 96
+#: The book's default figure size in inches (see the module docstring: legible on a phone).
+FIGSIZE = (5.2, 3.4)
+#: Colours of a palette PNG (:func:`light_png`): enough for anti-aliased text and lines.
+PNG_COLORS = 128
 
 
 def use_book_style() -> None:
@@ -43,7 +54,7 @@ def use_book_style() -> None:
         {
             "axes.prop_cycle": cycler(color=PALETTE),
             "image.cmap": "viridis",  # perceptually uniform, colour-blind safe
-            "figure.figsize": (6.4, 3.6),
+            "figure.figsize": FIGSIZE,
             "figure.dpi": DPI,
             "axes.spines.top": False,
             "axes.spines.right": False,
@@ -57,10 +68,12 @@ def use_book_style() -> None:
     )
 
 
-def new_figure(nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float] | None = None):
+def new_figure(nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float] | None = None,
+               height_ratios: list[float] | None = None):
     """A figure outside pyplot (no global state, never shown by accident) and its axes.
 
     Returns ``(fig, ax)`` like ``plt.subplots``: ``ax`` is one Axes for 1x1, else an array.
+    ``height_ratios``: the relative heights of the rows (panels stacked for a phone).
     The figure keeps one Agg canvas, so redrawing it (a widget updating its artists) reuses
     the renderer and its text-layout caches.
     """
@@ -70,7 +83,7 @@ def new_figure(nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float] |
     use_book_style()
     fig = Figure(figsize=figsize, layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(nrows, ncols)
+    axes = fig.subplots(nrows, ncols, height_ratios=height_ratios)
     return fig, axes
 
 
@@ -113,6 +126,35 @@ def figure_png(fig: Any) -> bytes:
     return buf.getvalue()
 
 
+def light_png(png: bytes, colors: int = PNG_COLORS) -> bytes:
+    """``png`` as a palette PNG of at most ``colors`` colours, no dithering (a figure's flat
+    colours and anti-aliased edges survive; about a quarter of the bytes of matplotlib's RGBA
+    PNG). Deterministic. Pillow comes with matplotlib."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as image:
+        rgb = image.convert("RGB")
+    palette = rgb.quantize(colors, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    buf = io.BytesIO()
+    palette.save(buf, format="PNG", optimize=True)
+    return buf.getvalue()
+
+
+def text_px(fig: Any) -> float | None:
+    """Height in pixels of the smallest visible text of a drawn figure, at :data:`DPI` (font
+    size in points x DPI / 72); None for a figure without text. Shown as ``data-text-px`` on
+    its image, so the browser tests can check how small it gets on a phone."""
+    from matplotlib.text import Text
+
+    def shown(text: Text) -> bool:
+        axes = text.axes
+        return (text.get_visible() and bool(text.get_text().strip())
+                and (axes is None or axes.get_visible()))
+
+    sizes = [text.get_fontsize() for text in fig.findobj(Text) if shown(text)]
+    return round(min(sizes) * DPI / 72, 2) if sizes else None
+
+
 def close(fig: Any) -> None:
     """Release a figure; closes it in pyplot too if it was made there."""
     import sys
@@ -123,17 +165,21 @@ def close(fig: Any) -> None:
 
 
 class StaticFigure:
-    """A rendered figure with alt text; shows as ``<img alt=...>`` in notebooks and the book."""
+    """A rendered figure with alt text; shows as ``<img alt=...>`` in notebooks and the book.
 
-    def __init__(self, png: bytes, alt: str):
+    ``text_px``: the smallest text height in pixels (:func:`text_px`), as ``data-text-px``."""
+
+    def __init__(self, png: bytes, alt: str, text_px: float | None = None):
         self.png = png
         self.alt = alt
+        self.text_px = text_px
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         data = base64.b64encode(self.png).decode("ascii")
+        size = "" if self.text_px is None else f' data-text-px="{self.text_px}"'
         img = (
             f'<img src="data:image/png;base64,{data}" alt="{html.escape(self.alt)}" '
-            'class="flashlib-figure" style="max-width:100%;height:auto">'
+            f'class="flashlib-figure"{size} style="max-width:100%;height:auto">'
         )
         return {"text/html": img, "image/png": data, "text/plain": f"<figure: {self.alt}>"}
 
@@ -154,4 +200,5 @@ def show(fig: Any, *, alt: str) -> StaticFigure:
     """Render ``fig`` with alt text (a required, non-empty description); closes the figure."""
     check_alt(alt)
     check_figure(fig)
-    return StaticFigure(figure_png(fig), alt)
+    png = figure_png(fig)  # draws the figure: its texts have their final sizes
+    return StaticFigure(light_png(png), alt, text_px(fig))

@@ -9,7 +9,9 @@ __all__ = ["html_table"]
 
 
 def html_table_markup(header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> str:
-    """The HTML of :func:`html_table`: ``<table class="table">`` with a header row."""
+    """The HTML of :func:`html_table`: ``<table class="table">`` with a header row, in a
+    ``<div class="flashlib-table">`` (book/_static/flashlib.css: it scrolls sideways on a
+    phone, and the cells' text wraps)."""
     from tabulate import tabulate
 
     header = [str(h) for h in header]
@@ -22,7 +24,10 @@ def html_table_markup(header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> s
     # disable_numparse: cells are shown as given (no re-formatting of numbers); the "html"
     # format escapes every cell.
     markup = tabulate(cells, headers=header, tablefmt="html", disable_numparse=True)
-    return markup.replace("<table>", '<table class="table">', 1)
+    # The wrapper scrolls a table too wide for a phone inside its own box, not the page; as a
+    # scrolling region it must be reachable from the keyboard (tabindex).
+    return ('<div class="flashlib-table" tabindex="0">'
+            + markup.replace("<table>", '<table class="table">', 1) + "</div>")
 
 
 def html_table(header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> Any:

@@ -1,29 +1,52 @@
 """Interactive figures that work in a live kernel (Jupyter, Colab) and on the static website.
 
-One mechanism for every chapter::
+Two kinds, the same controls, caption and accessibility:
+
+**interactive_figure** (matplotlib, at most :data:`MAX_FRAMES` frames)::
 
     from flashlib.book.widgets import interactive_figure
-    interactive_figure(draw, sliders={"n": [256, 512, 1024], "dtype": ["float16", "float32"]},
-                       defaults={"n": 512}, alt="Alt text describing the figure")
+    interactive_figure(
+        draw, sliders={"n": [256, 512, 1024], "B": [16, 64]},
+        labels={"n": "sequence length n", "B": "block size B"},   # what a screen reader says
+        defaults={"n": 512},
+        caption="What to notice: ...",                           # one line under the figure
+        alt=lambda n, B: f"... at n = {n} ...")                  # or one str for every frame
 
 ``draw(**values)`` returns a matplotlib Figure (it only draws what numeric functions computed).
 The returned :class:`InteractiveFigure`, as a cell's last expression, shows
 
-- in a live kernel: one ipywidgets ``SelectionSlider`` per parameter and an ``Output`` in which
-  the figure is redrawn whenever a slider moves;
-- when the book is built (the Sphinx extension scripts/colab_link.py sets the environment
-  variable ``FLASHLIB_STATIC_WIDGETS=1`` for the executing kernels): a self-contained ``text/html``
-  block with every frame of the slider grid precomputed as a PNG and a few lines of JavaScript
-  that switch frames when an ``<input type="range">`` moves. No kernel, no request.
+- in a live kernel: one ipywidgets ``SelectionSlider`` per parameter (described by its label),
+  an ``Output`` in which the figure is redrawn whenever a slider moves, and the caption;
+- when the book is built (:func:`flashlib.book.site.static_site`): a self-contained ``<figure>``
+  with every frame of the slider grid precomputed as a palette PNG
+  (:func:`flashlib.book.plots.light_png`), a range input per slider, the caption as its
+  ``<figcaption>`` and a few lines of JavaScript (js/frames.js) that switch frames and alt
+  texts. With JavaScript off the default frame is shown, the controls stay hidden and a note
+  says that the sliders need JavaScript. No kernel, no request.
 
-Fast live redraws: a ``draw`` may build a new figure on every call, but a slider move then pays
-for creating the axes, their ticks and a constrained layout (``python scripts/widget_redraw.py``
-times every widget of the book on your machine). Instead build the figure once, outside
-``draw``, with fixed axes limits and ticks, and let ``draw`` only update its artists
-(``bar.set_height``, ``line.set_data``, ``text.set_text``, ``ax.set_title``) and return that
-same figure. When ``draw`` returns the figure it returned before, the figure's first layout is
-kept (:func:`flashlib.book.plots.freeze_layout`): each redraw is then one draw pass on a reused
-renderer. Measure with :func:`redraw_time`.
+**svg_figure** (drawn by the page; for many frames, e.g. a step slider over a schedule)::
+
+    from flashlib.book.widgets import svg_figure
+    svg_figure("tiling", data=tiling_widget_data([48, 100], [16, 32]),
+               sliders={"n": [48, 100], ..., "step": list(range(400))},
+               labels={"n": "sequence length n", ..., "step": "step of the schedule"},
+               caption="What to notice: ...", alt="Description of the default frame")
+
+The page draws each frame as SVG from ``data`` (a compact JSON table computed by flashlib)
+with the renderer ``flashlib/book/js/<kind>.js``: a function ``draw(data, values, h) ->
+{svg, alt, limits}`` (see js/drawn.js for the helpers ``h`` and ``limits``). The same HTML and
+JavaScript run on the static site and as a Jupyter/Colab output: no kernel, no ipywidgets.
+``alt`` describes the default frame for readers without JavaScript; the renderer's ``alt``
+follows every frame.
+
+Fast live redraws (interactive_figure): a ``draw`` may build a new figure on every call, but a
+slider move then pays for creating the axes, their ticks and a constrained layout (``python
+scripts/widget_redraw.py`` times every widget of the book on your machine). Instead build the
+figure once, outside ``draw``, with fixed axes limits and ticks, and let ``draw`` only update
+its artists (``bar.set_height``, ``line.set_data``, ``text.set_text``, ``ax.set_title``) and
+return that same figure. When ``draw`` returns the figure it returned before, the figure's
+first layout is kept (:func:`flashlib.book.plots.freeze_layout`): each redraw is then one draw
+pass on a reused renderer. Measure with :func:`redraw_time`; keep it under 0.2 s.
 """
 
 from __future__ import annotations
@@ -34,8 +57,8 @@ import html
 import itertools
 import json
 import math
-import os
 from collections.abc import Callable, Mapping, Sequence
+from importlib import resources
 from typing import Any
 
 from flashlib.book.plots import (
@@ -44,59 +67,129 @@ from flashlib.book.plots import (
     figure_png,
     freeze_layout,
     layout_frozen,
+    light_png,
+    text_px,
 )
+from flashlib.book.site import STATIC_ENV, static_site
 from flashlib.measure import median_times
 
-#: Environment variable that selects the static (website) rendering.
-STATIC_ENV = "FLASHLIB_STATIC_WIDGETS"
-#: Largest slider grid (number of precomputed frames) accepted.
+__all__ = [
+    "interactive_figure",
+    "svg_figure",
+    "InteractiveFigure",
+    "SvgFigure",
+    "redraw_time",
+    "renderer_source",
+    "MAX_FRAMES",
+    "STATIC_ENV",
+    "static_mode",
+]
+
+#: Largest slider grid (number of precomputed frames) of an interactive_figure.
 MAX_FRAMES = 64
 #: The MIME type of a live widget's view in a notebook (ipywidgets 7 and 8 alike).
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+#: Placeholders in the JavaScript files (flashlib/book/js/).
+_ID, _RENDERER = "__FLASHLIB_ID__", "/*__FLASHLIB_RENDERER__*/"
 
-_SCRIPT = """(function () {
-  var root = document.getElementById(%(id)s);
-  var data = JSON.parse(root.querySelector("script.flashlib-ifig-data").textContent);
-  var img = root.querySelector("img");
-  var inputs = root.querySelectorAll("input[type=range]");
-  function update() {
-    var frame = 0;
-    inputs.forEach(function (input, k) {
-      var i = Number(input.value);
-      frame = frame * data.labels[k].length + i;
-      input.setAttribute("aria-valuetext", data.labels[k][i]);
-      input.nextElementSibling.textContent = data.labels[k][i];
-    });
-    img.src = "data:image/png;base64," + data.frames[data.index[frame]];
-  }
-  inputs.forEach(function (input) { input.addEventListener("input", update); });
-})();"""
+Alt = str | Callable[..., str]
 
 
 def static_mode() -> bool:
     """True when figures should render as static HTML (the book build), not live widgets."""
-    return os.environ.get(STATIC_ENV, "") not in ("", "0")
+    return static_site()
 
 
-class InteractiveFigure:
-    """A figure with sliders (see the module docstring); made by :func:`interactive_figure`."""
+def _inline(source: str) -> str:
+    """JavaScript as inlined into a page: without its whole-line ``//`` comments and
+    indentation (every figure carries its own copy)."""
+    lines = (line.strip() for line in source.splitlines())
+    return "\n".join(line for line in lines if line and not line.startswith("//"))
 
-    def __init__(
-        self,
-        draw: Callable[..., Any],
-        sliders: dict[str, list[Any]],
-        defaults: dict[str, Any],
-        alt: str,
-    ):
-        self.draw = draw
+
+def _js(name: str) -> str:
+    """The text of flashlib/book/js/<name>.js, as inlined."""
+    return _inline(
+        resources.files("flashlib.book").joinpath("js", f"{name}.js").read_text("utf-8"))
+
+
+def renderer_source(kind: str) -> str:
+    """The renderer of an svg_figure kind: flashlib/book/js/<kind>.js, which must define
+    ``function draw(data, values, h)``. ValueError naming the kinds there otherwise."""
+    if not isinstance(kind, str) or not kind.replace("_", "").isalnum() or kind in (
+            "frames", "drawn"):
+        raise ValueError(f"kind: expected the name of a renderer in flashlib/book/js/, got "
+                         f"{kind!r}")
+    folder = resources.files("flashlib.book").joinpath("js")
+    try:
+        source = folder.joinpath(f"{kind}.js").read_text("utf-8")
+    except FileNotFoundError:
+        kinds = sorted(p.name[:-3] for p in folder.iterdir()
+                       if p.name.endswith(".js") and p.name not in ("frames.js", "drawn.js"))
+        raise ValueError(f"kind: no renderer flashlib/book/js/{kind}.js (kinds: {kinds})"
+                         ) from None
+    if "function draw(" not in source:
+        raise ValueError(f"flashlib/book/js/{kind}.js: no `function draw(data, values, h)`")
+    return source
+
+
+def _json_script(payload: Any) -> str:
+    """JSON for a ``<script type="application/json">``: only "<" could close it early."""
+    return json.dumps(payload, separators=(",", ":")).replace("<", "\\u003c")
+
+
+def _uid(*parts: str) -> str:
+    digest = hashlib.sha1("\x00".join(parts).encode()).hexdigest()
+    return f"flashlib-ifig-{digest[:12]}"
+
+
+def _value_text(values: Mapping[str, Any], labels: Mapping[str, str]) -> str:
+    return ", ".join(f"{labels[name]} = {value}" for name, value in values.items())
+
+
+class _Figure:
+    """What both kinds share: sliders with spoken labels, a caption, alt text, the HTML."""
+
+    kind = ""
+
+    def __init__(self, sliders: dict[str, list[Any]], defaults: dict[str, Any],
+                 labels: dict[str, str], caption: str, alt: Alt):
         self.sliders = sliders
         self.defaults = defaults
+        self.labels = labels
+        self.caption = caption
         self.alt = alt
-        self._widget = None
-        self._last_figure: Any = None  # the figure of the previous render
 
-    def __repr__(self) -> str:
-        return f"<interactive figure ({', '.join(self.sliders)}): {self.alt}>"
+    def alt_for(self, values: Mapping[str, Any]) -> str:
+        """The alt text of the frame at ``values`` (``alt`` itself when it is a str)."""
+        text = self.alt(**values) if callable(self.alt) else self.alt
+        check_alt(text)
+        return text
+
+    def _controls(self) -> str:
+        """Hidden until the figure's script runs: with JavaScript off, no dead control."""
+        rows = []
+        for name, values in self.sliders.items():
+            i = values.index(self.defaults[name])
+            label, value = html.escape(self.labels[name]), html.escape(str(values[i]))
+            rows.append(
+                f'<label><span>{label}</span> <input type="range" min="0" '
+                f'max="{len(values) - 1}" step="1" value="{i}" aria-label="{label}" '
+                f'aria-valuetext="{value}" data-name="{html.escape(name)}">'
+                f'<output aria-hidden="true">{value}</output></label>')
+        return f'<div class="flashlib-ifig-controls" hidden>{"".join(rows)}</div>'
+
+    def _nojs(self, note: str) -> str:
+        return f'<noscript><p class="flashlib-ifig-nojs">{html.escape(note)}</p></noscript>'
+
+    def _figure(self, uid: str, body: str, payload: str, script: str) -> str:
+        return (
+            f'<figure class="flashlib-ifig flashlib-ifig-{self.kind}" id="{uid}">'
+            f"{self._controls()}{body}"
+            f"<figcaption>{html.escape(self.caption)}</figcaption>"
+            f'<script type="application/json" class="flashlib-ifig-data">{payload}</script>'
+            f"<script>{script.replace(_ID, uid)}</script></figure>"
+        )
 
     @property
     def grid(self) -> list[dict[str, Any]]:
@@ -105,8 +198,28 @@ class InteractiveFigure:
         combos = itertools.product(*self.sliders.values())
         return [dict(zip(names, combo, strict=True)) for combo in combos]
 
+
+class InteractiveFigure(_Figure):
+    """A matplotlib figure with sliders (see the module docstring); made by
+    :func:`interactive_figure`."""
+
+    kind = "png"
+
+    def __init__(self, draw: Callable[..., Any], sliders: dict[str, list[Any]],
+                 defaults: dict[str, Any], alt: Alt, *, labels: dict[str, str] | None = None,
+                 caption: str = ""):
+        super().__init__(sliders, defaults, labels or {name: name for name in sliders},
+                         caption, alt)
+        self.draw = draw
+        self._widget = None
+        self._last_figure: Any = None  # the figure of the previous render
+        self._text_px: float | None = None
+
+    def __repr__(self) -> str:
+        return f"<interactive figure ({', '.join(self.labels.values())}): {self.caption}>"
+
     def render(self, values: Mapping[str, Any]) -> bytes:
-        """PNG of ``draw(**values)``.
+        """PNG of ``draw(**values)`` (matplotlib's RGBA PNG).
 
         A ``draw`` that updates and returns the same figure every time keeps the layout of its
         first frame (see the module docstring); a new figure per call is laid out every time.
@@ -116,47 +229,40 @@ class InteractiveFigure:
         if fig is self._last_figure and not layout_frozen(fig):
             freeze_layout(fig)  # drawn before: keep that layout, skip the layout pass
         self._last_figure = fig
-        return figure_png(fig)
+        png = figure_png(fig)
+        if values == self.defaults:
+            self._text_px = text_px(fig)
+        return png
 
     def frames(self) -> tuple[list[str], list[int]]:
-        """Unique base64 PNG frames and, for each grid point, the index of its frame."""
+        """Unique base64 palette-PNG frames and, for each grid point, the index of its frame."""
         seen: dict[str, int] = {}  # frame -> its index; dicts keep insertion order
         index = []
         for values in self.grid:
-            png = base64.b64encode(self.render(values)).decode("ascii")
+            png = base64.b64encode(light_png(self.render(values))).decode("ascii")
             index.append(seen.setdefault(png, len(seen)))
         return list(seen), index
 
     def to_html(self) -> str:
         """The static, kernel-free version: range inputs + precomputed frames + a little JS."""
         frames, index = self.frames()
+        alts: dict[str, int] = {}
+        alt_index = [alts.setdefault(self.alt_for(values), len(alts)) for values in self.grid]
         labels = [[str(v) for v in values] for values in self.sliders.values()]
-        payload = json.dumps({"labels": labels, "frames": frames, "index": index})
-        # Only labels can contain "<"; escaped, the JSON cannot close its <script> early.
-        payload = payload.replace("<", "\\u003c")
-        digest = hashlib.sha1(payload.encode() + self.alt.encode()).hexdigest()
-        uid = f"flashlib-ifig-{digest[:12]}"
-        start = [values.index(self.defaults[name]) for name, values in self.sliders.items()]
+        payload = _json_script({"labels": labels, "frames": frames, "index": index,
+                                "alts": list(alts), "altIndex": alt_index})
+        uid = _uid(payload, self.caption)
         first = self.grid.index(self.defaults)
-        controls = "".join(
-            f'<label>{html.escape(name)} <input type="range" min="0" max="{len(values) - 1}" '
-            f'step="1" value="{i}" aria-label="{html.escape(name)}" '
-            f'aria-valuetext="{html.escape(labels[k][i])}" data-name="{html.escape(name)}">'
-            f"<output>{html.escape(labels[k][i])}</output></label>"
-            for k, ((name, values), i) in enumerate(zip(self.sliders.items(), start, strict=True))
-        )
-        script = _SCRIPT % {"id": json.dumps(uid)}
-        return (
-            f'<div class="flashlib-ifig" id="{uid}">'
-            f'<div class="flashlib-ifig-controls">{controls}</div>'
-            f'<img src="data:image/png;base64,{frames[index[first]]}" '
-            f'alt="{html.escape(self.alt)}">'
-            f'<script type="application/json" class="flashlib-ifig-data">{payload}</script>'
-            f"<script>{script}</script></div>"
-        )
+        size = "" if self._text_px is None else f' data-text-px="{self._text_px}"'
+        img = (f'<img src="data:image/png;base64,{frames[index[first]]}"{size} '
+               f'alt="{html.escape(self.alt_for(self.defaults))}">')
+        note = ("The sliders of this figure need JavaScript; it shows "
+                f"{_value_text(self.defaults, self.labels)}.")
+        return self._figure(uid, img + self._nojs(note), payload, _js("frames"))
 
     def widget(self):
-        """The live ipywidgets UI (created once): a SelectionSlider per parameter + an Output."""
+        """The live ipywidgets UI (created once): a SelectionSlider per parameter, an Output,
+        the caption."""
         if self._widget is not None:
             return self._widget
         import ipywidgets as widgets
@@ -167,9 +273,10 @@ class InteractiveFigure:
             name: widgets.SelectionSlider(
                 options=[(str(v), v) for v in values],
                 value=self.defaults[name],
-                description=name,
+                description=self.labels[name],
                 continuous_update=False,
                 style={"description_width": "initial"},
+                layout=widgets.Layout(width="auto", max_width="36em"),
             )
             for name, values in self.sliders.items()
         }
@@ -187,7 +294,8 @@ class InteractiveFigure:
         for control in controls.values():
             control.observe(redraw, names="value")
         redraw()
-        self._widget = widgets.VBox([*controls.values(), out])
+        caption = widgets.HTML(f"<em>{html.escape(self.caption)}</em>")
+        self._widget = widgets.VBox([*controls.values(), out, caption])
         return self._widget
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
@@ -206,52 +314,140 @@ class InteractiveFigure:
         return bundle
 
 
-def _check(
-    draw: Any, sliders: Any, defaults: Any, alt: Any
-) -> tuple[dict[str, list[Any]], dict[str, Any]]:
-    if not callable(draw):
-        raise TypeError(f"draw: expected a callable draw(**values) -> Figure, got {type(draw)}")
-    check_alt(alt)
+class SvgFigure(_Figure):
+    """A figure the page draws from a JSON table (see the module docstring); made by
+    :func:`svg_figure`. The same HTML in the book and in Jupyter/Colab."""
+
+    kind = "svg"
+
+    def __init__(self, renderer: str, data: Any, sliders: dict[str, list[Any]],
+                 defaults: dict[str, Any], labels: dict[str, str], caption: str, alt: Alt,
+                 name: str):
+        super().__init__(sliders, defaults, labels, caption, alt)
+        self.renderer = renderer
+        self.data = data
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<{self.name} figure ({', '.join(self.labels.values())}): {self.caption}>"
+
+    def to_html(self) -> str:
+        sliders = [{"name": name, "values": values, "labels": [str(v) for v in values]}
+                   for name, values in self.sliders.items()]
+        payload = _json_script({"sliders": sliders, "data": self.data})
+        uid = _uid(payload, self.caption, self.name)
+        alt = self.alt_for(self.defaults)
+        drawing = (f'<div class="flashlib-ifig-drawing" role="img" '
+                   f'aria-label="{html.escape(alt)}"></div>')
+        note = f"{alt} (This figure is drawn by JavaScript, which is off.)"
+        script = _js("drawn").replace(_RENDERER, _inline(self.renderer))
+        return self._figure(uid, drawing + self._nojs(note), payload, script)
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
+
+
+def _check_sliders(sliders: Any, labels: Any, defaults: Any, caption: Any, alt: Any,
+                   max_frames: int | None) -> tuple[dict[str, list[Any]], dict[str, Any],
+                                                    dict[str, str]]:
+    if not (isinstance(alt, str) or callable(alt)):
+        raise TypeError(f"alt: expected a str or a function of the slider values, got "
+                        f"{type(alt).__name__}")
+    if isinstance(alt, str):
+        check_alt(alt)
+    if not isinstance(caption, str) or not caption.strip():
+        raise ValueError("caption: expected one line saying what to notice in the figure")
     if not isinstance(sliders, Mapping) or not sliders:
         raise ValueError("sliders: expected a non-empty dict {name: [values, ...]}")
     grid: dict[str, list[Any]] = {}
     for name, values in sliders.items():
         if not isinstance(name, str) or not name.isidentifier():
             raise ValueError(f"sliders: names must be Python identifiers, got {name!r}")
-        if isinstance(values, str | bytes) or not isinstance(values, Sequence) or not values:
+        if isinstance(values, str | bytes) or not isinstance(values, Sequence | range) or (
+                not values):
             raise ValueError(f"sliders[{name!r}]: expected a non-empty list of values")
         if len({str(v) for v in values}) != len(values):
             raise ValueError(f"sliders[{name!r}]: values must be distinct, got {list(values)}")
         grid[name] = list(values)
-    n_frames = math.prod(len(v) for v in grid.values())
-    if n_frames > MAX_FRAMES:
-        raise ValueError(f"sliders: {n_frames} combinations, at most {MAX_FRAMES} allowed")
+    if max_frames is not None:
+        n_frames = math.prod(len(v) for v in grid.values())
+        if n_frames > max_frames:
+            raise ValueError(f"sliders: {n_frames} combinations, at most {max_frames} allowed "
+                             "(svg_figure draws many frames from a table)")
+    if not isinstance(labels, Mapping) or set(labels) != set(grid):
+        raise ValueError(f"labels: expected a spoken name for each slider {list(grid)}, "
+                         f"e.g. {{'n': 'sequence length n'}}; got {labels!r}")
+    for name, label in labels.items():
+        if not isinstance(label, str) or len(label.split()) < 2:
+            raise ValueError(f"labels[{name!r}]: expected words a screen reader can say, such "
+                             f"as 'sequence length n', got {label!r}")
     defaults = dict(defaults or {})
     for name, value in defaults.items():
         if name not in grid:
             raise ValueError(f"defaults: {name!r} is not a slider (sliders: {list(grid)})")
         if value not in grid[name]:
             raise ValueError(f"defaults[{name!r}]: {value!r} is not one of {grid[name]}")
-    return grid, {name: defaults.get(name, values[0]) for name, values in grid.items()}
+    start = {name: defaults.get(name, values[0]) for name, values in grid.items()}
+    return grid, start, dict(labels)
 
 
 def interactive_figure(
     draw: Callable[..., Any],
     sliders: Mapping[str, Sequence[Any]],
     *,
+    labels: Mapping[str, str],
+    caption: str,
+    alt: Alt,
     defaults: Mapping[str, Any] | None = None,
-    alt: str,
 ) -> InteractiveFigure:
-    """A figure redrawn from slider values, live in Jupyter/Colab and static on the website.
+    """A matplotlib figure redrawn from slider values, live in Jupyter/Colab and static (every
+    frame precomputed) on the website.
 
     Args:
         draw: ``draw(**values) -> matplotlib.figure.Figure``, one keyword per slider.
         sliders: ``{name: [value, ...]}``; the grid (product of lengths) is at most MAX_FRAMES.
+        labels: ``{name: "sequence length n"}``: the words a screen reader says for a slider
+            (at least two words), also shown beside it.
+        caption: one line under the figure saying what to notice.
+        alt: alt text (required): a str, or ``alt(**values) -> str`` describing each frame.
         defaults: starting value per slider (others start at their first value).
-        alt: alt text describing the figure (required).
     """
-    grid, start = _check(draw, sliders, defaults, alt)
-    return InteractiveFigure(draw, grid, start, alt)
+    if not callable(draw):
+        raise TypeError(f"draw: expected a callable draw(**values) -> Figure, got {type(draw)}")
+    grid, start, spoken = _check_sliders(sliders, labels, defaults, caption, alt, MAX_FRAMES)
+    return InteractiveFigure(draw, grid, start, alt, labels=spoken, caption=caption)
+
+
+def svg_figure(
+    kind: str,
+    *,
+    data: Any,
+    sliders: Mapping[str, Sequence[Any]],
+    labels: Mapping[str, str],
+    caption: str,
+    alt: Alt,
+    defaults: Mapping[str, Any] | None = None,
+) -> SvgFigure:
+    """A figure the page draws itself, as SVG, from the JSON table ``data`` with the renderer
+    ``flashlib/book/js/<kind>.js``; the same HTML on the website and in Jupyter/Colab.
+
+    Args:
+        kind: the renderer's name (its file in flashlib/book/js/).
+        data: a JSON-able table computed by flashlib (keep it compact: it is in the page).
+        sliders: ``{name: [value, ...]}`` (JSON-able values); any number of combinations.
+        labels: ``{name: "spoken name"}`` per slider, as for :func:`interactive_figure`.
+        caption: one line under the figure saying what to notice.
+        alt: describes the default frame (for readers without JavaScript); a str or
+            ``alt(**values) -> str``. The renderer returns the alt text of every frame.
+        defaults: starting value per slider (others start at their first value).
+    """
+    renderer = renderer_source(kind)
+    grid, start, spoken = _check_sliders(sliders, labels, defaults, caption, alt, None)
+    try:
+        json.dumps({"data": data, "sliders": grid}, allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"data, sliders: expected JSON-able values (no NaN): {err}") from None
+    return SvgFigure(renderer, data, grid, start, spoken, caption, alt, kind)
 
 
 def redraw_time(
@@ -263,7 +459,8 @@ def redraw_time(
     browser: each timed redraw at the largest settings follows one at the first values, so the
     figure really changes (as when a slider moves) rather than repeating the same frame.
     """
-    grid, _ = _check(draw, sliders, None, "benchmark")
+    labels = {name: f"slider {name}" for name in sliders}
+    grid, _, _ = _check_sliders(sliders, labels, None, "benchmark", "benchmark", MAX_FRAMES)
     figure = InteractiveFigure(draw, grid, {}, "benchmark")
     largest = {name: values[-1] for name, values in grid.items()}
     first = {name: values[0] for name, values in grid.items()}

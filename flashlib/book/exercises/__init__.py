@@ -21,6 +21,18 @@ The idiom::
 :class:`LearnerError`, which :meth:`Feedback.case` records against the case (and
 :func:`checker` against the exercise, outside any case).
 
+Shapes, said once for every checker: numpy's broadcast and matmul errors raised by the
+learner's code are explained in words by :func:`call_learner` (:func:`broadcast_hint`: "a
+row's maximum has shape (4,); keep the reduced axis with keepdims=True or [:, None] so it
+broadcasts against the (4, 8) scores"), and :func:`shape_problem` says what is wrong with a
+returned array's shape (a missing or extra trailing axis of 1, a transpose, lost leading
+dimensions) against the shape expected.
+
+On the website no verdict is shown: while the book is built
+(:func:`flashlib.book.site.static_site`) a Feedback displays the neutral :data:`ON_THE_SITE`
+line, so the page gives nothing away before the reader has tried; in Jupyter and Colab it
+shows the verdict.
+
 flashlib.book.exercises.intro           the Introduction
 flashlib.book.exercises.overflow        The overflow problem
 flashlib.book.exercises.online_softmax  Online softmax
@@ -37,11 +49,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
+from flashlib.book.site import static_site
 from flashlib.measure import call_capturing_warnings
 
 __all__ = [
@@ -49,14 +63,20 @@ __all__ = [
     "NotAttempted",
     "LearnerError",
     "NOT_ATTEMPTED",
+    "ON_THE_SITE",
     "call_learner",
     "checker",
     "fmt",
+    "broadcast_hint",
+    "shape_problem",
 ]
 
 NOT_ATTEMPTED = (
     "not attempted yet: replace `raise NotImplementedError` with your code and run the cell again"
 )
+#: What a checker cell shows on the website (the book build): never a verdict or a hint.
+ON_THE_SITE = ("Run this cell in Jupyter or Colab (the links at the top of the page) to check "
+               "your answer.")
 
 
 class NotAttempted(Exception):
@@ -115,6 +135,8 @@ class Feedback:
         return self.passed
 
     def __repr__(self) -> str:
+        if static_site():
+            return f"{self.exercise}: {ON_THE_SITE}"
         head = (f"PASSED {self.exercise}: all {len(self.passes)} checks passed."
                 if self.passed else f"NOT YET {self.exercise}:")
         lines = [head]
@@ -138,7 +160,60 @@ def call_learner(fn: Callable[..., Any], *args: Any) -> tuple[Any, list[str]]:
     except NotImplementedError as err:
         raise NotAttempted from err
     except Exception as err:  # report any error from the learner's code
+        hint = broadcast_hint(str(err)) if isinstance(err, ValueError) else None
+        if hint is not None:
+            raise LearnerError(f"your function hit a shape mismatch: {hint}") from err
         raise LearnerError(f"your function raised {type(err).__name__}: {err}") from err
+
+
+def _shapes_in(message: str) -> list[tuple[int, ...]]:
+    return [tuple(int(s) for s in group.split(",") if s.strip())
+            for group in re.findall(r"\(([\d,\s]*)\)", message)]
+
+
+def broadcast_hint(message: str) -> str | None:
+    """Words for numpy's shape errors (the message of a ValueError), or None for another
+    error.  "operands could not be broadcast together with shapes (4,8) (4,)" is a row
+    statistic that lost its axis (missing keepdims=True or [:, None]); a matmul "mismatch in
+    its core dimension" is a product whose inner sizes differ (a missing or extra ``.T``)."""
+    if "could not be broadcast" in message:
+        shapes = _shapes_in(message)
+        if len(shapes) >= 2:
+            a, b = shapes[0], shapes[1]
+            for big, small in ((a, b), (b, a)):
+                if len(small) == len(big) - 1 and small == big[:-1]:
+                    return (f"numpy cannot combine an array of shape {big} with one of shape "
+                            f"{small}. A row's maximum or sum (over axis=-1) must keep its "
+                            f"axis, shape {(*small, 1)}: use keepdims=True, or [:, None]")
+            return (f"numpy cannot combine arrays of shapes {a} and {b}; compare them "
+                    "axis by axis from the right: each pair must be equal or contain a 1")
+        return "numpy could not broadcast two arrays against each other"
+    if "matmul" in message and "mismatch in its core dimension" in message:
+        sizes = re.search(r"size (\d+) is different from (\d+)", message)
+        detail = f" (sizes {sizes[1]} and {sizes[2]})" if sizes else ""
+        return (f"in a matrix product A @ B, the last axis of A must match the second to last "
+                f"of B{detail}: is a transpose (.T or np.swapaxes(x, -1, -2)) missing or extra?")
+    return None
+
+
+def shape_problem(got: Any, want: tuple[int, ...], what: str = "the result") -> str | None:
+    """None when ``got`` (an array or a shape) has shape ``want``; else one line saying what
+    is wrong, naming the likely mistake (a missing or extra trailing 1, a transpose, lost
+    leading dimensions)."""
+    shape = tuple(got) if isinstance(got, tuple) else np.shape(got)
+    want = tuple(want)
+    if shape == want:
+        return None
+    head = f"{what} has shape {shape}, expected {want}"
+    if shape == want[:-1] and want[-1:] == (1,):
+        return f"{head}: keep the reduced axis (keepdims=True, or [:, None])"
+    if want == shape[:-1] and shape[-1:] == (1,):
+        return f"{head}: drop the trailing axis of 1 (keepdims=False, or x[..., 0])"
+    if len(shape) == len(want) >= 2 and shape[:-2] + shape[-2:][::-1] == want:
+        return f"{head}: the last two axes are swapped (a transpose too many or too few)"
+    if len(shape) < len(want) and shape == want[len(want) - len(shape):]:
+        return f"{head}: the leading (batch, heads) axes {want[:len(want) - len(shape)]} were lost"
+    return head
 
 
 def checker(title: str) -> Callable[[Callable[..., None]], Callable[..., Feedback]]:

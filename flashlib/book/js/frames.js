@@ -1,0 +1,24 @@
+// flashlib.book.widgets, interactive_figure: switch between precomputed PNG frames.
+// Inlined into each figure's HTML after its JSON data; __FLASHLIB_ID__ is the figure's id.
+// data: {labels: [[slider 0's value labels], ...], frames: [base64 PNG], index: [frame of
+// each grid point, last slider fastest], alts: [alt texts], altIndex: [alt of each point]}.
+(function (root) {
+  if (!root || root.getAttribute("data-ready")) return;
+  root.setAttribute("data-ready", "1");
+  var data = JSON.parse(root.querySelector("script.flashlib-ifig-data").textContent);
+  var img = root.querySelector("img");
+  var inputs = root.querySelectorAll("input[type=range]");
+  function update() {
+    var point = 0;
+    inputs.forEach(function (input, k) {
+      var i = Number(input.value), label = data.labels[k][i];
+      point = point * data.labels[k].length + i;
+      input.setAttribute("aria-valuetext", label);
+      input.parentNode.querySelector("output").textContent = label;
+    });
+    img.src = "data:image/png;base64," + data.frames[data.index[point]];
+    img.alt = data.alts[data.altIndex[point]];
+  }
+  inputs.forEach(function (input) { input.addEventListener("input", update); });
+  root.querySelector(".flashlib-ifig-controls").hidden = false;
+})(document.getElementById("__FLASHLIB_ID__"));

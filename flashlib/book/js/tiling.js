@@ -1,0 +1,76 @@
+// Renderer of the tiling widget (svg_figure kind "tiling"): one step of a tiled schedule.
+// data: flashlib.schedule.tiling_widget_data(...); values: {n, B_r, B_c, order, step}.
+// Draws the T_r x T_c grid of score tiles (computed so far, the current one, query blocks
+// whose O is final), what SRAM holds during the step, the step's HBM transfers and the
+// elements read and written so far.
+function draw(data, values, h) {
+  var key = [values.n, values.B_r, values.B_c, values.order].join("-");
+  var run = data.configs[key];
+  if (!run) throw new Error("no schedule for " + key);
+  var steps = run.steps, k = Math.min(values.step, steps.length - 1), st = steps[k];
+  // the score matrix to scale: n rows by n_k columns in at most 200 x 200 units; a last
+  // block shorter than B_r or B_c shows as a thinner tile
+  var W = 360, scale = 200 / Math.max(run.n, run.n_k);
+  var gx = 8, gy = 34, parts = [];
+  var names = {v1: "Algorithm 1 (outer loop over K, V blocks)",
+               v2: "FlashAttention-2 (outer loop over Q blocks)"};
+  parts.push(h.el("text", {x: 0, y: 14, "font-weight": "bold"},
+    h.esc(names[run.order] || run.order)));
+  parts.push(h.el("text", {x: 0, y: 28},
+    h.esc("step " + k + " of " + (steps.length - 1) + ", n = " + run.n + ", B_r = " + run.B_r +
+          ", B_c = " + run.B_c)));
+  var computed = {};
+  for (var s = 1; s <= k; s++) if (steps[s].tile) computed[steps[s].tile.join(",")] = true;
+  var done = {};
+  st.done.forEach(function (i) { done[i] = true; });
+  for (var i = 0; i < run.T_r; i++) {
+    for (var j = 0; j < run.T_c; j++) {
+      var current = st.tile && st.tile[0] === i && st.tile[1] === j;
+      var fill = current ? "#E69F00" : computed[i + "," + j] ? "#56B4E9" : "none";
+      parts.push(h.el("rect", {x: gx + j * run.B_c * scale, y: gy + i * run.B_r * scale,
+        width: Math.min(run.B_c, run.n_k - j * run.B_c) * scale,
+        height: Math.min(run.B_r, run.n - i * run.B_r) * scale,
+        fill: fill, "fill-opacity": current ? 1 : 0.45, stroke: "currentColor",
+        "stroke-width": 0.5}));
+    }
+    if (done[i]) {
+      parts.push(h.el("rect", {x: gx - 6, y: gy + i * run.B_r * scale, width: 4,
+        height: Math.min(run.B_r, run.n - i * run.B_r) * scale, fill: "#009E73"}));
+    }
+  }
+  var tx = gx + run.n_k * scale + 12, y = gy + 10;
+  function line(text, attrs) {
+    parts.push(h.el("text", Object.assign({x: tx, y: y}, attrs || {}), h.esc(text)));
+    y += 15;
+  }
+  line("tile " + (st.tile ? "(" + st.tile[0] + ", " + st.tile[1] + ")" : "none yet"),
+       {"font-weight": "bold"});
+  line("SRAM holds:");
+  var held = st.sram.map(function (p) { return p[0] + (p[1] === null ? "" : "_" + p[1]); });
+  for (var c = 0; c < held.length; c += 4) line("  " + held.slice(c, c + 4).join(" "));
+  line(h.fmt(st.sram_elements) + " elements");
+  var reads = st.events.filter(function (e) { return e[0] === "read"; }).length;
+  var writes = st.events.filter(function (e) { return e[0] === "write"; }).length;
+  line(reads + " loads, " + writes + " stores");
+  y = Math.max(y, gy + run.n * scale) + 16;
+  parts.push(h.el("text", {x: 0, y: y, "font-weight": "bold"}, "HBM traffic so far (elements)"));
+  y += 16;
+  var total = 0;
+  run.arrays.forEach(function (name, a) {
+    total += st.reads[a] + st.writes[a];
+    parts.push(h.el("text", {x: 0, y: y}, h.esc(name + ": " + h.fmt(st.reads[a]) + " read, " +
+      h.fmt(st.writes[a]) + " written")));
+    y += 15;
+  });
+  parts.push(h.el("text", {x: 0, y: y + 2, "font-weight": "bold"},
+    "total " + h.fmt(total)));
+  y += 10;
+  var svg = h.el("svg", {xmlns: "http://www.w3.org/2000/svg", viewBox: "0 0 " + W + " " + y,
+    width: W, height: y, "font-size": 12, fill: "currentColor", "font-family": "sans-serif"},
+    parts.join(""));
+  var alt = (names[run.order] || run.order) + ", step " + k + " of " + (steps.length - 1) +
+    ": " + (st.tile ? "tile (" + st.tile[0] + ", " + st.tile[1] + ") is computed, SRAM holds " +
+    held.join(", ") : "before the first tile") + "; " + h.fmt(total) +
+    " elements moved so far.";
+  return {svg: svg, alt: alt, limits: {step: steps.length}};
+}
