@@ -28,7 +28,7 @@ CHAPTER = ROOT / "book" / "online-softmax.md"
 TIMEOUT = 3.0  # seconds per exercise in these tests
 
 CORRECT = {
-    "1": """
+    "3.1": """
 def update(m, l, x):
     m_new = max(m, x)
     if m_new == -np.inf:  # nothing seen yet, and x masked: still empty
@@ -38,7 +38,7 @@ def update(m, l, x):
 
 check_online_update(update)
 """,
-    "2": """
+    "3.2": """
 def merge(a, b):
     m = np.maximum(a[0], b[0])
     safe = np.where(np.isneginf(m), 0.0, m)  # two empty states: no -inf - -inf
@@ -48,14 +48,14 @@ def merge(a, b):
 
 check_merge(merge)
 """,
-    "3": """
+    "3.3": """
 def empty(n_q, d_v):
     return np.full(n_q, -np.inf), np.zeros(n_q), np.zeros((n_q, d_v))
 
 
 check_empty_partial(empty)
 """,
-    "4": """
+    "3.4": """
 a = partial_attention(np.array([[0.0, 5.0]]), np.array([[1.0], [2.0]]))
 b = partial_attention(np.array([[1.0, 0.0]]), np.array([[3.0], [4.0]]))
 check_merge_counterexample(a, b)
@@ -165,12 +165,12 @@ def graded(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     class_ = {
         "alice": edited(CORRECT),
-        "bob": edited({"1": RAISES, "3": RAISES_AT_TOP}),
-        "carol": edited({"2": LOOPS, "3": CORRECT["3"]}),
-        "dave": edited({"3": SYNTAX_ERROR}),
-        "erin": edited({"1": CORRECT["1"]}, drop=("4",)),
-        "frank": edited({"1": CRASHES, "2": RENAMED}),
-        "gina": edited({"1": CHEATS}),
+        "bob": edited({"3.1": RAISES, "3.3": RAISES_AT_TOP}),
+        "carol": edited({"3.2": LOOPS, "3.3": CORRECT["3.3"]}),
+        "dave": edited({"3.3": SYNTAX_ERROR}),
+        "erin": edited({"3.1": CORRECT["3.1"]}, drop=("3.4",)),
+        "frank": edited({"3.1": CRASHES, "3.2": RENAMED}),
+        "gina": edited({"3.1": CHEATS}),
     }
     for student, nb in class_.items():
         (folder / student).mkdir()
@@ -198,45 +198,45 @@ def test_every_row_of_the_report(graded):
         # (per student: notebooks not graded, then the chapters in the book's order)
         ("alice", "", "overflow", "", "missing", 0, 0, no_notebook("overflow")),
         *[("alice", nb.format("alice"), "online-softmax", n, "passed", None, None, "")
-          for n in "1234"],
+          for n in ("3.1", "3.2", "3.3", "3.4")],
         ("bob", "", "overflow", "", "missing", 0, 0, no_notebook("overflow")),
-        ("bob", nb.format("bob"), "online-softmax", "1", "failed", None, None, raised),
-        ("bob", nb.format("bob"), "online-softmax", "2", *NOT_ATTEMPTED),
-        ("bob", nb.format("bob"), "online-softmax", "3", "error", None, None,
+        ("bob", nb.format("bob"), "online-softmax", "3.1", "failed", None, None, raised),
+        ("bob", nb.format("bob"), "online-softmax", "3.2", *NOT_ATTEMPTED),
+        ("bob", nb.format("bob"), "online-softmax", "3.3", "error", None, None,
          "the exercise cell raised ValueError: my own test failed"),
-        ("bob", nb.format("bob"), "online-softmax", "4", "failed", 0, 1, None),
+        ("bob", nb.format("bob"), "online-softmax", "3.4", "failed", 0, 1, None),
         ("carol", "", "overflow", "", "missing", 0, 0, no_notebook("overflow")),
-        ("carol", nb.format("carol"), "online-softmax", "1", *NOT_ATTEMPTED),
-        ("carol", nb.format("carol"), "online-softmax", "2", "timeout", 0, 0,
+        ("carol", nb.format("carol"), "online-softmax", "3.1", *NOT_ATTEMPTED),
+        ("carol", nb.format("carol"), "online-softmax", "3.2", "timeout", 0, 0,
          "still running after 3 s: killed (an infinite loop, or far too slow)"),
-        ("carol", nb.format("carol"), "online-softmax", "3", "passed", None, None, ""),
-        ("carol", nb.format("carol"), "online-softmax", "4", "failed", 0, 1, None),
+        ("carol", nb.format("carol"), "online-softmax", "3.3", "passed", None, None, ""),
+        ("carol", nb.format("carol"), "online-softmax", "3.4", "failed", 0, 1, None),
         ("dave", "", "overflow", "", "missing", 0, 0, no_notebook("overflow")),
-        ("dave", nb.format("dave"), "online-softmax", "1", *NOT_ATTEMPTED),
-        ("dave", nb.format("dave"), "online-softmax", "2", *NOT_ATTEMPTED),
-        ("dave", nb.format("dave"), "online-softmax", "3", "error", 0, 0,
+        ("dave", nb.format("dave"), "online-softmax", "3.1", *NOT_ATTEMPTED),
+        ("dave", nb.format("dave"), "online-softmax", "3.2", *NOT_ATTEMPTED),
+        ("dave", nb.format("dave"), "online-softmax", "3.3", "error", 0, 0,
          expected_syntax_error()),
-        ("dave", nb.format("dave"), "online-softmax", "4", "failed", 0, 1, None),
+        ("dave", nb.format("dave"), "online-softmax", "3.4", "failed", 0, 1, None),
         ("erin", "", "overflow", "", "missing", 0, 0, no_notebook("overflow")),
-        ("erin", nb.format("erin"), "online-softmax", "1", "passed", None, None, ""),
-        ("erin", nb.format("erin"), "online-softmax", "2", *NOT_ATTEMPTED),
-        ("erin", nb.format("erin"), "online-softmax", "3", *NOT_ATTEMPTED),
-        ("erin", nb.format("erin"), "online-softmax", "4", "missing", 0, 0,
-         "no 'Exercise 4' heading in the notebook"),
+        ("erin", nb.format("erin"), "online-softmax", "3.1", "passed", None, None, ""),
+        ("erin", nb.format("erin"), "online-softmax", "3.2", *NOT_ATTEMPTED),
+        ("erin", nb.format("erin"), "online-softmax", "3.3", *NOT_ATTEMPTED),
+        ("erin", nb.format("erin"), "online-softmax", "3.4", "missing", 0, 0,
+         "no 'Exercise 3.4' heading in the notebook"),
         ("frank", "frank/homework.ipynb", "", "", "unrelated", 0, 0,
          "not a chapter of the book (title 'My homework', file 'homework.ipynb')"),
         ("frank", "", "overflow", "", "missing", 0, 0, no_notebook("overflow")),
-        ("frank", nb.format("frank"), "online-softmax", "1", "crashed", 0, 0,
+        ("frank", nb.format("frank"), "online-softmax", "3.1", "crashed", 0, 0,
          "the process exited with code 3 before the checker answered"),
-        ("frank", nb.format("frank"), "online-softmax", "2", "error", 0, 0,
+        ("frank", nb.format("frank"), "online-softmax", "3.2", "error", 0, 0,
          "check_merge(merge) raised NameError: name 'merge' is not defined"),
-        ("frank", nb.format("frank"), "online-softmax", "3", *NOT_ATTEMPTED),
-        ("frank", nb.format("frank"), "online-softmax", "4", "failed", 0, 1, None),
+        ("frank", nb.format("frank"), "online-softmax", "3.3", *NOT_ATTEMPTED),
+        ("frank", nb.format("frank"), "online-softmax", "3.4", "failed", 0, 1, None),
         ("gina", "", "overflow", "", "missing", 0, 0, no_notebook("overflow")),
-        ("gina", nb.format("gina"), "online-softmax", "1", *NOT_ATTEMPTED),
-        ("gina", nb.format("gina"), "online-softmax", "2", *NOT_ATTEMPTED),
-        ("gina", nb.format("gina"), "online-softmax", "3", *NOT_ATTEMPTED),
-        ("gina", nb.format("gina"), "online-softmax", "4", "failed", 0, 1, None),
+        ("gina", nb.format("gina"), "online-softmax", "3.1", *NOT_ATTEMPTED),
+        ("gina", nb.format("gina"), "online-softmax", "3.2", *NOT_ATTEMPTED),
+        ("gina", nb.format("gina"), "online-softmax", "3.3", *NOT_ATTEMPTED),
+        ("gina", nb.format("gina"), "online-softmax", "3.4", "failed", 0, 1, None),
         ("hal", "hal.ipynb", "", "", "unreadable", 0, 0, None),
         ("hal", "", "overflow", "", "missing", 0, 0, no_notebook("overflow")),
         ("hal", "", "online-softmax", "", "missing", 0, 0, no_notebook("online-softmax")),
@@ -266,7 +266,7 @@ def test_every_row_of_the_report(graded):
 def test_the_exercise_failing_the_book_way(graded):
     """The starter counterexample fails with the checker's own words, as in the notebook."""
     rows, _ = graded
-    row = next(r for r in rows if r.student == "bob" and r.exercise == "4")
+    row = next(r for r in rows if r.student == "bob" and r.exercise == "3.4")
     import numpy as np
 
     from flashlib.book.exercises.online_softmax import check_merge_counterexample
@@ -282,18 +282,18 @@ def test_json_summary_and_exports(graded):
     rows, out = graded
     data = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert [d["status"] for d in data] == [r.status for r in rows]
-    alice = next(d for d in data if d["student"] == "alice" and d["exercise"] == "1")
+    alice = next(d for d in data if d["student"] == "alice" and d["exercise"] == "3.1")
     assert alice["feedback"].startswith("PASSED online softmax update")
-    bob = next(d for d in data if d["student"] == "bob" and d["exercise"] == "3")
+    bob = next(d for d in data if d["student"] == "bob" and d["exercise"] == "3.3")
     assert "ValueError: my own test failed" in bob["output"]  # the traceback the cell printed
 
     summary = (out / "summary.md").read_text(encoding="utf-8")
     assert "| alice | alice/online-softmax.ipynb | passed" in summary
     assert re.search(r"\| carol \| carol/online-softmax.ipynb \| not attempted \| timeout \| "
                      r"passed \d+/\d+ \| failed 0/1 \| 1/4 \|", summary)
-    assert "- dave, Exercise 3: **error**: the exercise cell raised SyntaxError" in summary
+    assert "- dave, Exercise 3.3: **error**: the exercise cell raised SyntaxError" in summary
     assert "| frank | frank/homework.ipynb | unrelated |" in summary
-    assert "Not attempted: bob (2); carol (1);" in summary
+    assert "Not attempted: bob (3.2); carol (3.1);" in summary
     assert "<" not in summary.replace("<br>", "")  # students' text is escaped
 
     with open(out / "nbgrader_grades.csv", encoding="utf-8", newline="") as f:
@@ -310,13 +310,13 @@ def test_json_summary_and_exports(graded):
     with open(out / "otter_final_grades_online-softmax.csv", encoding="utf-8",
               newline="") as f:
         otter = list(csv.DictReader(f))
-    assert list(otter[0]) == ["file", "Exercise 1", "Exercise 2", "Exercise 3", "Exercise 4",
+    assert list(otter[0]) == ["file", "Exercise 3.1", "Exercise 3.2", "Exercise 3.3", "Exercise 3.4",
                               "total_points_earned", "percent_correct", "grading_status"]
     assert otter[0]["file"] == "points-per-question"
     alice = next(r for r in otter if r["file"] == "alice/online-softmax.ipynb")
     assert (alice["total_points_earned"], alice["percent_correct"]) == ("4", "1.0")
     erin = next(r for r in otter if r["file"] == "erin/online-softmax.ipynb")
-    assert (erin["Exercise 1"], erin["Exercise 4"], erin["percent_correct"]) == ("1", "0", "0.25")
+    assert (erin["Exercise 3.1"], erin["Exercise 3.4"], erin["percent_correct"]) == ("3.1", "0", "0.25")
     assert (out / "logs" / "online-softmax.log").is_file()
 
 
@@ -349,11 +349,11 @@ def test_every_exercise_of_the_book_can_be_graded():
 def test_exercise_cells_ignore_the_students_own_markdown():
     nb = official()
     chapter = grade.load_chapter(CHAPTER)
-    (index,) = grade.exercise_cells(nb)["2"]
+    (index,) = grade.exercise_cells(nb)["3.2"]
     nb.cells.insert(index + 1, nbformat.v4.new_markdown_cell("My notes: merge is symmetric."))
     nb.cells.insert(index + 2, nbformat.v4.new_code_cell("print(merge)"))
-    assert grade.exercise_cells(nb, chapter.markdown)["2"] == [index, index + 2]
-    assert grade.exercise_cells(nb)["2"] == [index]
+    assert grade.exercise_cells(nb, chapter.markdown)["3.2"] == [index, index + 2]
+    assert grade.exercise_cells(nb)["3.2"] == [index]
 
 
 def test_chapter_found_by_title_then_by_file_name(tmp_path):
@@ -381,20 +381,20 @@ def test_list_exercises_describes_every_checker():
 def test_command_line(tmp_path, capsys):
     folder = tmp_path / "subs"
     folder.mkdir()
-    nbformat.write(edited({"3": CORRECT["3"]}), folder / "ivy.ipynb")
+    nbformat.write(edited({"3.3": CORRECT["3.3"]}), folder / "ivy.ipynb")
     assert grade.main([str(folder), "--out", str(tmp_path / "out"), "--timeout", "20"]) == 0
     assert "graded 4 rows: 1 passed, 1 failed, 2 not attempted" in capsys.readouterr().out
     with open(tmp_path / "out" / "results.csv", encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f))
     assert [(r["student"], r["exercise"], r["status"]) for r in rows] == [
-        ("ivy", "1", "not attempted"), ("ivy", "2", "not attempted"), ("ivy", "3", "passed"),
-        ("ivy", "4", "failed")]
+        ("ivy", "3.1", "not attempted"), ("ivy", "3.2", "not attempted"), ("ivy", "3.3", "passed"),
+        ("ivy", "3.4", "failed")]
     with pytest.raises(SystemExit, match="--chapters: no chapter nope"):
         grade.main([str(folder), "--chapters", "nope", "--out", str(tmp_path / "x")])
     with pytest.raises(SystemExit):
         grade.main([str(tmp_path / "not-there")])
     assert grade.main(["--list-exercises"]) == 0
-    assert "| online-softmax | 4 | `check_merge_counterexample(a, b)` |" in (
+    assert "| online-softmax | 3.4 | `check_merge_counterexample(a, b)` |" in (
         capsys.readouterr().out)
 
 
@@ -412,8 +412,8 @@ def test_a_chapter_that_fails_here_is_reported_not_fatal(tmp_path):
             ("code", "import os\nos._exit(7)"),
             ("exercise", "2"),
         ], {"1": exercise, "2": dataclasses.replace(exercise, number="2")}, [])
-    tasks = [{"id": "a", "exercise": "1", "cells": [CORRECT["3"]]},
-             {"id": "b", "exercise": "2", "cells": [CORRECT["3"]]}]
+    tasks = [{"id": "a", "exercise": "1", "cells": [CORRECT["3.3"]]},
+             {"id": "b", "exercise": "2", "cells": [CORRECT["3.3"]]}]
     found, errors = grade.grade_chapter(chapter, tasks, 20.0, 1, tmp_path / "logs")
     assert list(found) == ["a"] and found["a"]["status"] == "passed"
     assert errors == ["ZeroDivisionError: division by zero in the chapter's cell '1 / 0'",
