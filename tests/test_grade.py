@@ -316,7 +316,7 @@ def test_json_summary_and_exports(graded):
     alice = next(r for r in otter if r["file"] == "alice/online-softmax.ipynb")
     assert (alice["total_points_earned"], alice["percent_correct"]) == ("4", "1.0")
     erin = next(r for r in otter if r["file"] == "erin/online-softmax.ipynb")
-    assert (erin["Exercise 3.1"], erin["Exercise 3.4"], erin["percent_correct"]) == ("3.1", "0", "0.25")
+    assert (erin["Exercise 3.1"], erin["Exercise 3.4"], erin["percent_correct"]) == ("1", "0", "0.25")
     assert (out / "logs" / "online-softmax.log").is_file()
 
 
