@@ -60,8 +60,22 @@ def test_every_numeric_module_is_under_the_contract():
             "yaml"} <= forbidden
 
 
+def test_threadpoolctl_is_the_one_optional_exception():
+    """Only flashlib._threads may import threadpoolctl, and only inside a try: the numerics
+    run without it (on one thread)."""
+    assert _numerics_contract().get("ignore_imports") == ["flashlib._threads -> threadpoolctl"]
+    for path in (ROOT / "flashlib").glob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        if path.name != "_threads.py":
+            assert "threadpoolctl import" not in text and "import threadpoolctl" not in text
+    text = (ROOT / "flashlib" / "_threads.py").read_text(encoding="utf-8")
+    before = text.split("from threadpoolctl import", 1)[0].rstrip().splitlines()[-1]
+    assert before.strip() == "try:", before
+
+
 @pytest.mark.parametrize(("module", "line", "culprit"), [
     ("masks.py", "import matplotlib.pyplot", "matplotlib"),
+    ("flash.py", "import threadpoolctl", "threadpoolctl"),
     ("__init__.py", "from flashlib.book.widgets import interactive_figure", "flashlib.book"),
     ("bench/report.py", "from flashlib.book import glue", "flashlib.book"),
 ])
