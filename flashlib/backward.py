@@ -227,14 +227,12 @@ def _backward(
     n_tiles = -(-n_k // b_c) if b_c else 0
     work_size = float(n_b) * n_q * n_k * (d + d_v)
     workers = _threads.workers_for(work_size, n_b * max(n_tiles, 1), workers)
-    # Split the heads into groups (a group's tile fits TILE_BYTES; at least one group per
-    # worker while there are heads for it); with fewer heads than workers, split the key
-    # blocks too, round-robin, each part adding into its own dQ.
-    per_tile = max(1, b_r * b_c * dtype.itemsize)
-    groups = max(-(-n_b // max(1, TILE_BYTES // per_tile)), min(workers, n_b), 1)
-    size = max(1, -(-n_b // groups))
+    # Split the heads into groups (a group's tiles fit TILE_BYTES; at least one group per
+    # worker); with fewer heads than workers, split the key blocks too, round-robin, each part
+    # adding into its own dQ (summed in a fixed order at the end).
+    size = max(1, min(TILE_BYTES // max(1, b_r * b_c * dtype.itemsize), n_b // workers))
     heads = [(h0, min(h0 + size, n_b)) for h0 in range(0, n_b, size)]
-    parts = max(1, min(-(-workers // len(heads)), n_tiles)) if heads else 1
+    parts = 1 if n_b >= workers else max(1, min(-(-workers // n_b), n_tiles))
     dq_parts = [dq] + [np.zeros_like(dq) for _ in range(parts - 1)]
     items = [(h0, h1, part) for part in range(parts) for h0, h1 in heads]
     mid = max(d, d_v)
