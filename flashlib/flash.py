@@ -266,7 +266,7 @@ def _forward_row_block(
                 np.copyto(s, 0, where=hidden)
             l_tile = np.matmul(s, ones_j, out=rows)[..., 0]  # row sums
             np.matmul(s, v_j, out=pv)
-            if (l_tile <= STALE_LIMIT).all():  # False for inf and NaN too
+            if l_tile.max() <= STALE_LIMIT:  # False for inf and NaN too
                 l_i += l_tile
                 acc += pv
                 continue

@@ -166,6 +166,12 @@ def run_targets(
         one.update(_medians(calls, repeats, "cpu", bar))
     res["one_thread_s"] = one
 
+    # context: the forward's two tile matmuls alone, measured on one tile in cache and scaled
+    # by the tile count (what no amount of work outside BLAS can go below)
+    from flashlib.bench.suites import tile_breakdown
+
+    res["tile_floor_s"] = tile_breakdown(heads, n, d)
+
     # extra memory of the backward passes (tracemalloc), outputs not counted
     outputs = 3 * q.nbytes
     _, flash_peak = measure_peak(flash_attention_backward, q, k, v, o, lse, do)
@@ -289,6 +295,15 @@ def format_targets(res: dict[str, Any]) -> str:
                               tablefmt="plain", disable_numparse=True))
         lines.append("speed-up over one thread: " + ", ".join(
             f"{name} {x:.2f}x" for name, x in res["threads_speedup"].items()))
+    floor = res.get("tile_floor_s")
+    if floor:
+        text = (f"\nfloor: flash_attention's tile matmuls alone (one tile in cache, times the "
+                f"tile count) take {floor['matmuls']:.4f} s, exp2 and the row sums "
+                f"{floor['exp2 + row sum']:.4f} s")
+        sdpa = res["one_thread_s"].get("torch_sdpa")
+        if sdpa:
+            text += f"; the matmuls alone are {floor['matmuls'] / sdpa:.2f} x SDPA's time"
+        lines.append(text)
     mem = res["memory_bytes"]
     lines.append(f"\nextra memory (tracemalloc peak beyond the outputs): flash backward "
                  f"{mem['flash_backward'] / 2**20:.1f} MiB, naive backward "
