@@ -232,7 +232,7 @@ def _backward(
     # adding into its own dQ (summed in a fixed order at the end).
     size = max(1, min(TILE_BYTES // max(1, b_r * b_c * dtype.itemsize), n_b // workers))
     heads = [(h0, min(h0 + size, n_b)) for h0 in range(0, n_b, size)]
-    parts = 1 if n_b >= workers else max(1, min(-(-workers // n_b), n_tiles))
+    parts = 1 if n_b == 0 or n_b >= workers else max(1, min(-(-workers // n_b), n_tiles))
     dq_parts = [dq] + [np.zeros_like(dq) for _ in range(parts - 1)]
     items = [(h0, h1, part) for part in range(parts) for h0, h1 in heads]
     mid = max(d, d_v)
