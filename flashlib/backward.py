@@ -39,7 +39,7 @@ from flashlib._validate import (
     results_are_finite,
 )
 from flashlib.constants import BLOCK_K, BLOCK_Q, LOG2E, compute_dtype
-from flashlib.flash import TILE_BYTES, _exp_floor, _hidden, _max_row_norm
+from flashlib.flash import TILE_BYTES, _exp_floor, _hidden, _max_row_norm, _slow_below
 from flashlib.masks import straddles_diagonal
 
 __all__ = ["flash2_backward", "flash_attention_backward"]
@@ -219,7 +219,7 @@ def _backward(
     lse_max = float(np.max(np.abs(finite), initial=0.0)) * units
     lowest = abs(float(c)) * _max_row_norm(p.q) * _max_row_norm(p.k) * (1 + 1e-3) + lse_max + 1
     floor = _exp_floor(dtype, exp)
-    clamp = empty.any() or not lowest < -float(floor)
+    clamp = empty.any() or not lowest < -_slow_below(dtype, exp)
 
     dq = np.zeros((n_b, n_q, d), dtype=dtype)
     dk = np.empty((n_b, n_k, d), dtype=dtype)

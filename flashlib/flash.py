@@ -61,7 +61,7 @@ from flashlib.masks import key_stop, straddles_diagonal
 
 __all__ = [
     "flash2_forward", "flash_attention", "workspace_bytes", "transposed_tiles", "STALE_LIMIT",
-    "TILE_BYTES",
+    "HEADROOM", "TILE_BYTES",
 ]
 
 #: Conditional rescaling: a tile computed against a stale running maximum m_i is accepted while
@@ -71,6 +71,12 @@ __all__ = [
 #: are scaled by its inverse, exactly); an overflow to inf sends the tile through the exact
 #: step, which updates m_i from the tile's maximum and rescales the accumulator.
 STALE_LIMIT = 2.0**16
+
+#: When a row sum exceeds STALE_LIMIT, m_i moves up past the row maximum by this much more (base
+#: 2): the row's terms are then at most 2**-HEADROOM, so that large logits, whose maximum keeps
+#: growing, cross the limit again less often.  The terms stay far above the clamping floor
+#: (2**-63 in float32), so nothing that matters is clamped.
+HEADROOM = 16
 
 #: The fast paths process the heads in groups whose (B_r, B_c) tiles together take at most
 #: this many bytes (at least one head), so that a group's tile stays in the L2 cache: 8 heads
@@ -178,6 +184,14 @@ def _row_max(s: np.ndarray, s_t: np.ndarray | None) -> np.ndarray:
     return t.max(axis=-2)
 
 
+def _slow_below(dtype: np.dtype, exp: np.ufunc) -> float:
+    """Arguments of ``exp``/``exp2`` below this may meet numpy's slow paths: 0.8 times the
+    smallest normal exponent of ``dtype`` (about -100 for float32, in the units of ``exp``),
+    with a margin for the products of P with values smaller than 1."""
+    minexp = 0.8 * np.finfo(dtype).minexp
+    return minexp if exp is np.exp2 else minexp * LN2
+
+
 def _exp_floor(dtype: np.dtype, exp: np.ufunc) -> np.floating:
     """The argument at which tiles are clamped when their scores may be very negative: half the
     smallest normal exponent of ``dtype`` (2**-63 for float32, 2**-511 for float64, in the units
@@ -272,16 +286,19 @@ def _forward_row_block(
                 continue
             l_new = l_i + l_tile
             if (l_new * v_bound <= acc_limit).all():  # finite, and acc + pv cannot overflow
-                # Some row sum grew large: move m_i up by the power of two 2**e > l_i.
+                # Some row sum grew large: move m_i up by the power of two 2**e > l_i, and by
+                # HEADROOM more, so that the next tiles exceed the limit less often.
                 acc += pv
                 l_i[...] = l_new
-                e = np.where(l_i > STALE_LIMIT, np.frexp(l_i)[1], 0).astype(dtype)
-                m_new = m_i + (e if exp is np.exp2 else e * dtype.type(LN2))
-                alpha = exp(m_i - m_new)  # 2**-e, 1 where e = 0
-                l_i *= alpha
-                acc *= alpha[..., None]
-                m_i = m_new
-                q_aug[..., d] = -m_i
+                big = np.nonzero(l_i > STALE_LIMIT)  # those rows only (few, usually)
+                e = (np.frexp(l_i[big])[1] + HEADROOM).astype(dtype)
+                m_old = m_i[big]
+                m_new = m_old + (e if exp is np.exp2 else e * dtype.type(LN2))
+                alpha = exp(m_old - m_new)  # 2**-e (as m_new was rounded)
+                l_i[big] *= alpha
+                acc[big] *= alpha[:, None]
+                m_i[big] = m_new
+                q_aug[..., d][big] = -m_new
                 continue
             # An overflow: redo this tile with the exact step.
 
@@ -392,11 +409,12 @@ def _forward(p: Problem, base2: bool, workers: int | None = None) -> tuple[np.nd
 
     k_tiles = transposed_tiles(p.k, b_c, dtype)  # [K^T; 1]: one O(n d) copy of K
 
-    # Can a score fall below exp's floor?  |s - m_i| <= 2 max|q_i| max|k_j| (Cauchy-Schwarz),
-    # plus the up to log2(n_k) + 1 by which a moved-up m_i can exceed the row maximum.
+    # Can a score fall low enough for the slow paths?  |s - m_i| <= 2 max|q_i| max|k_j|
+    # (Cauchy-Schwarz), plus the up to log2(n_k) + 1 + HEADROOM by which a moved-up m_i can
+    # exceed the row maximum.  If so, tiles whose minimum is below the floor are clamped.
     bound = 2 * abs(float(q_scale)) * _max_row_norm(p.q) * _max_row_norm(p.k)
-    bound = bound * (1 + 1e-3) + math.log2(n_k + 1) + 2
-    clamp = not bound < -float(_exp_floor(dtype, exp))
+    bound = bound * (1 + 1e-3) + math.log2(n_k + 1) + 2 + HEADROOM * (1 if base2 else LN2)
+    clamp = not bound < -_slow_below(dtype, exp)
 
     group = max(1, min(n_b, TILE_BYTES // max(1, b_r * b_c * dtype.itemsize)))
     o = np.empty((n_b, n_q, d_v), dtype=p.dtype)
