@@ -147,6 +147,8 @@ class _Tiles(NamedTuple):
     pv: np.ndarray  # (G, B_r, d_v): one tile's P~ V
     rows: np.ndarray  # (G, B_r, 1): one tile's row sums
     ones: np.ndarray  # (B_c, 1)
+    floors: np.ndarray | None  # (G, B_r, B_c) of the clamping floor, when clamping may be
+    # needed: numpy's maximum runs twice as fast against an array as against a scalar
 
 
 #: Row maxima of tiles up to this wide are taken on a transposed copy (:func:`_row_max`).
@@ -273,8 +275,8 @@ def _forward_row_block(
         if stale_ok:
             # Fast step: [Q_i, -m_i] @ [K_j^T; 1] = S_ij - m_i, one exp2, one row sum.
             np.matmul(q_aug, k_j, out=s)
-            if clamp and s.min() < floor:
-                np.maximum(s, floor, out=s)  # no subnormal exp2 results (slow path)
+            if clamp and s.min() < floor:  # no subnormal exp2 results (slow path)
+                np.maximum(s, buf.floors[:n_b, :b_r, : j1 - j0], out=s)
             exp(s, out=s)  # P~_ij against the stale m_i, in place (inf on overflow)
             if hidden is not None:
                 np.copyto(s, 0, where=hidden)
@@ -312,7 +314,9 @@ def _forward_row_block(
         m_ref = np.where(np.isneginf(m_new), 0, m_new)
         s -= m_ref[..., None]
         if hidden is not None or (clamp and s.min() < floor):
-            np.maximum(s, floor, out=s)  # -inf and subnormal results take a slow path
+            # -inf and subnormal results take a slow path
+            np.maximum(s, floor if buf.floors is None else buf.floors[:n_b, :b_r, : j1 - j0],
+                       out=s)
         exp(s, out=s)  # P~_ij, in place
         if hidden is not None:
             np.copyto(s, 0, where=hidden)
@@ -433,6 +437,7 @@ def _forward(p: Problem, base2: bool, workers: int | None = None) -> tuple[np.nd
             pv=np.empty((group, b_r, d_v), dtype=dtype),
             rows=np.empty((group, b_r, 1), dtype=dtype),
             ones=np.ones((b_c, 1), dtype=dtype),
+            floors=np.full((group, b_r, b_c), _exp_floor(dtype, exp)) if clamp else None,
         )
 
     def work(buf: _Tiles, item: tuple[int, int, int]) -> None:
