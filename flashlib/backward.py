@@ -227,13 +227,21 @@ def _backward(
     dv = np.empty((n_b, n_k, d_v), dtype=dtype)
     n_tiles = -(-n_k // b_c) if b_c else 0
     work_size = float(n_b) * n_q * n_k * (d + d_v)
-    workers = _threads.workers_for(work_size, n_b * max(n_tiles, 1), workers)
-    # Split the heads into groups (a group's tiles fit TILE_BYTES; at least one group per
-    # worker); with fewer heads than workers, split the key blocks too, round-robin, each part
-    # adding into its own dQ (summed in a fixed order at the end).
-    size = max(1, min(TILE_BYTES // max(1, b_r * b_c * dtype.itemsize), n_b // workers))
+    group = max(1, min(TILE_BYTES // max(1, b_r * b_c * dtype.itemsize), n_b))
+    tile = b_r * b_c
+    workers = _threads.workers_for(work_size, n_b * max(n_tiles, 1), workers,
+                                   tile=group * tile)
+    # Split the heads into groups (a group's tiles fit TILE_BYTES), at least one per worker
+    # while each worker's tiles stay large enough (MIN_THREAD_TILE twice over: the result then
+    # does not depend on the thread count); else keep the heads together and split the key
+    # blocks, round-robin, each part adding into its own dQ (summed in a fixed order).
+    size, parts = group, 1
+    if workers > 1:
+        if n_b >= workers and (n_b // workers) * tile >= 2 * _threads.MIN_THREAD_TILE:
+            size = min(group, n_b // workers)
+        else:
+            parts = max(1, min(-(-workers // -(-n_b // group)), n_tiles))
     heads = [(h0, min(h0 + size, n_b)) for h0 in range(0, n_b, size)]
-    parts = 1 if n_b == 0 or n_b >= workers else max(1, min(-(-workers // n_b), n_tiles))
     dq_parts = [dq] + [np.zeros_like(dq) for _ in range(parts - 1)]
     items = [(h0, h1, part) for part in range(parts) for h0, h1 in heads]
     mid = max(d, d_v)

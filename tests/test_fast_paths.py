@@ -45,6 +45,7 @@ def threaded(monkeypatch):
     """Every call threaded: 3 workers (more than this machine may have cores, which is fine
     for correctness), whatever the problem size."""
     monkeypatch.setattr(_threads, "MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr(_threads, "MIN_THREAD_TILE", 0)
     monkeypatch.setattr(_threads, "worker_count", lambda: 3)
 
 
@@ -65,6 +66,7 @@ def test_threaded_forward_equals_single_threaded_bit_for_bit(case, dtype, rng, m
     q, k, v, _, kw = _problem(case, dtype, rng)
     one = flash_attention(q, k, v, return_lse=True, **kw)
     monkeypatch.setattr(_threads, "MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr(_threads, "MIN_THREAD_TILE", 0)
     monkeypatch.setattr(_threads, "worker_count", lambda: 3)
     many = flash_attention(q, k, v, return_lse=True, **kw)
     for a, b in zip(one, many, strict=True):
@@ -80,6 +82,7 @@ def test_threaded_backward_equals_single_threaded(case, dtype, rng, monkeypatch)
     o, lse = flash_attention(q, k, v, return_lse=True, **kw)
     one = flash_attention_backward(q, k, v, o, lse, do, **kw)
     monkeypatch.setattr(_threads, "MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr(_threads, "MIN_THREAD_TILE", 0)
     monkeypatch.setattr(_threads, "worker_count", lambda: 3)
     many = flash_attention_backward(q, k, v, o, lse, do, **kw)
     heads = int(np.prod(q.shape[:-2]))
@@ -131,11 +134,33 @@ def test_without_threadpoolctl_or_threads_one_worker(monkeypatch):
     assert _threads.worker_count() == 1
 
 
-def test_small_problems_stay_on_one_thread(monkeypatch):
+def test_small_problems_and_small_tiles_stay_on_one_thread(monkeypatch):
     monkeypatch.setattr(_threads, "worker_count", lambda: 8)
     assert _threads.workers_for(_threads.MIN_PARALLEL_WORK - 1, 100) == 1
     assert _threads.workers_for(_threads.MIN_PARALLEL_WORK, 100) == 8
     assert _threads.workers_for(_threads.MIN_PARALLEL_WORK, 3) == 3
+    big = _threads.MIN_PARALLEL_WORK
+    assert _threads.workers_for(big, 100, tile=_threads.MIN_THREAD_TILE - 1) == 1
+    assert _threads.workers_for(big, 100, tile=_threads.MIN_THREAD_TILE) == 8
+
+
+def test_one_head_of_default_tiles_is_not_threaded(monkeypatch):
+    """One head's tiles are too small for threads to pay (the GIL): one worker, not several."""
+    calls = []
+    real = _threads.run_items
+
+    def spying(work, items, workers, setup):
+        calls.append(workers)
+        return real(work, items, workers, setup)
+
+    monkeypatch.setattr(_threads, "worker_count", lambda: 2)
+    monkeypatch.setattr(_threads, "run_items", spying)
+    q = np.random.default_rng(0).standard_normal((1, 1024, 64))
+    o, lse = flash_attention(q, q, q, return_lse=True)
+    flash_attention_backward(q, q, q, o, lse, o)
+    q8 = np.random.default_rng(0).standard_normal((8, 1024, 64))
+    flash_attention(q8, q8, q8)
+    assert calls == [1, 1, 2]
 
 
 def test_blas_is_held_at_one_thread_inside_the_workers_and_restored():
