@@ -149,21 +149,6 @@ class _Tiles(NamedTuple):
     ones: np.ndarray  # (B_c, 1)
     floors: np.ndarray | None  # (G, B_r, B_c) of the clamping floor, when clamping may be
     # needed: numpy's maximum runs twice as fast against an array as against a scalar
-    views: dict  # (first head, last head, B_r) -> the per-key-block views, see _tile_views
-
-
-def _tile_views(buf: _Tiles, k_tiles: np.ndarray, v: np.ndarray, n_b: int, b_r: int
-                ) -> list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-    """(j0, j1, s, k_j, v_j, ones_j) for every key block of a group of n_b heads: the score
-    tile (n_b, b_r, w) in ``buf``, [K_j^T; 1], V_j and the ones; slicing them once per worker
-    and group instead of once per tile saves a few microseconds of Python on every tile."""
-    n_k, b_c = v.shape[-2], k_tiles.shape[-1]
-    views = []
-    for t, j0 in enumerate(range(0, n_k, max(b_c, 1))):
-        j1 = min(j0 + b_c, n_k)
-        views.append((j0, j1, buf.s[:n_b, :b_r, : j1 - j0], k_tiles[:, t, :, : j1 - j0],
-                      v[:, j0:j1], buf.ones[: j1 - j0]))
-    return views
 
 
 #: Row maxima of tiles up to this wide are taken on a transposed copy (:func:`_row_max`).
@@ -243,8 +228,8 @@ def _hidden(
 
 def _forward_row_block(
     q_aug: np.ndarray,
-    tiles: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
-    n_k: int,
+    k_tiles: np.ndarray,
+    v: np.ndarray,
     i0: int,
     heads: slice,
     offset: int | None,
@@ -258,11 +243,9 @@ def _forward_row_block(
 
     q_aug: (G, B_r, d + 1): rows of Q times scale * log2(e) (times scale alone with
     ``exp=np.exp``, the natural-units fallback); the last column is overwritten here with -m_i.
-    tiles: for every key block j (:func:`_tile_views`), its first and last key, the score tile
-    s (G, B_r, B_c) in ``buf``, [K_j^T; 1] (G, d + 1, B_c), a contiguous tile with a last row
-    of ones so that q_aug @ [K_j^T; 1] = S_ij - m_i, V_j (G, B_c, d_v) and the ones (B_c, 1).
-    heads: the group's heads among all of them (for an explicit mask).  buf: this worker's
-    tile buffers.
+    k_tiles: (G, n_k / B_c, d + 1, B_c): contiguous tiles of K^T with a last row of ones, so
+    that q_aug @ k_tiles[:, t] = S - m_i.  v: (G, n_k, d_v).  heads: the group's heads among
+    all of them (for an explicit mask).  buf: this worker's tile buffers.
     clamp: whether scores may fall below the floor of ``exp`` (then tiles whose minimum does
     are clamped to it).  v_bound: max |v|, to tell when the accumulator could overflow.
     Returns the unnormalised accumulator acc (G, B_r, d_v), l_i and m_i (G, B_r), m_i in the
@@ -270,7 +253,8 @@ def _forward_row_block(
     """
     n_b, b_r, d = q_aug.shape[0], q_aug.shape[1], q_aug.shape[2] - 1
     i1 = i0 + b_r
-    d_v = buf.pv.shape[-1]
+    n_k, d_v = v.shape[-2:]
+    b_c = k_tiles.shape[-1]
     dtype = q_aug.dtype
     floor = _exp_floor(dtype, exp)
     acc_limit = float(np.finfo(dtype).max) / 4
@@ -280,11 +264,12 @@ def _forward_row_block(
     pv, rows = buf.pv[:n_b, :b_r], buf.rows[:n_b, :b_r]
     l_tile = rows[..., 0]  # one tile's row sums
     stale_ok = False  # True once every m_i is finite: then -m_i may ride in the matmul
-    stop = key_stop(i0, i1, n_k, offset)
 
-    for j0, j1, s, k_j, v_j, ones_j in tiles:
-        if j0 >= stop:
-            break  # the causal mask hides this key block and the next ones from every row
+    # the key blocks before key_stop: after it, the causal mask hides every key from every row
+    for t, j0 in enumerate(range(0, key_stop(i0, i1, n_k, offset), max(b_c, 1))):
+        j1 = min(j0 + b_c, n_k)
+        s, k_j, v_j = buf.s[:n_b, :b_r, : j1 - j0], k_tiles[:, t, :, : j1 - j0], v[:, j0:j1]
+        ones_j = buf.ones[: j1 - j0]
         hidden = None
         straddles = straddles_diagonal(i0, j1, offset)
         if straddles or mask is not None:
@@ -459,7 +444,6 @@ def _forward(p: Problem, base2: bool, workers: int | None = None) -> tuple[np.nd
             rows=np.empty((group, b_r, 1), dtype=dtype),
             ones=np.ones((b_c, 1), dtype=dtype),
             floors=np.full((group, b_r, b_c), _exp_floor(dtype, exp)) if clamp else None,
-            views={},
         )
 
     def work(buf: _Tiles, item: tuple[int, int, int]) -> None:
@@ -467,12 +451,9 @@ def _forward(p: Problem, base2: bool, workers: int | None = None) -> tuple[np.nd
         i1 = min(i0 + block_q, n_q)
         q_i = buf.q_aug[: h1 - h0, : i1 - i0]
         np.multiply(p.q[h0:h1, i0:i1], q_scale, out=q_i[..., :d])
-        key = (h0, h1, i1 - i0)
-        if key not in buf.views:
-            buf.views[key] = _tile_views(buf, k_tiles[h0:h1], v[h0:h1], h1 - h0, i1 - i0)
         acc, l_i, m_i = _forward_row_block(
-            q_i, buf.views[key], n_k, i0, slice(h0, h1), p.offset, p.mask, buf, exp, clamp,
-            v_max)
+            q_i, k_tiles[h0:h1], v[h0:h1], i0, slice(h0, h1), p.offset, p.mask, buf, exp,
+            clamp, v_max)
         seen = l_i > 0  # False for rows that see no key: output 0, lse -inf
         np.divide(acc, l_i[..., None], out=acc, where=seen[..., None])
         if v_exp:
