@@ -69,12 +69,17 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 
-## make bench: the CPU benchmark at the issue's sizes (long; writes bench-results/*.json),
-## the optimisation ladder at n = 4096, then every chapter widget's live redraw time (book
-## tooling: scripts/widget_redraw.py)
+## make bench: the tracked figures against their targets (flashlib.bench.targets: one thread
+## and every core against PyTorch, large logits, the backward), the CPU benchmark at the
+## issue's sizes, the optimisation ladder at n = 4096 (long; writes bench-results/*.json), then
+## every chapter widget's live redraw time (book tooling: scripts/widget_redraw.py).  Run it on
+## an idle machine.  OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, which some machines set to force a
+## slower kernel, are unset for these commands only (never for the tests or CI).
+BENCH := env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(BIN)/python -m flashlib.bench
 bench: $(STAMP)
-	$(BIN)/python -m flashlib.bench cpu --n 1024 4096 16384 --causal --repeats 5
-	$(BIN)/python -m flashlib.bench ladder --n 4096
+	$(BENCH) targets --n 4096 --repeats 5
+	$(BENCH) cpu --n 1024 4096 16384 --causal --repeats 5
+	$(BENCH) ladder --n 4096
 	$(BIN)/python scripts/widget_redraw.py
 
 ## make constraints: re-pin every package of the environment after changing requirements.txt

@@ -26,25 +26,45 @@ rung  function                    trick (GPU counterpart)
                                   ``SoftmaxSm100``, ``rescale_threshold``)
  6    :func:`rung6_stale_max`     the stale max rides in the Q K^T matmul: [Q, -m] @ [K^T; 1],
                                   no max pass; a too-large row sum triggers the exact step
- 7    :func:`flashlib.flash_attention`  the library version: rung 6 keeping only one O(n d)
+ 7    :func:`rung7_kt_tiles`      K^T laid out as contiguous (d + 1, B_c) tiles, not one long
+                                  (d + 1, n) array whose slices have a large row stride (a GPU
+                                  kernel's TMA/cp.async loads K_j into shared memory as one
+                                  tile)
+ 8    :func:`rung8_no_cliff`      no large-logit cliff: scores that could make exp2 or the
+                                  matmuls meet subnormal numbers are clamped at 2**-63, and a
+                                  row sum that grew too large moves m_i up by a power of two
+                                  instead of redoing the tile (GPUs flush subnormals to zero in
+                                  hardware, so their kernels never meet this cliff)
+ 9    :func:`flashlib.flash_attention`  the library version: rung 8 keeping only one O(n d)
                                   copy (of K; row sums as s @ 1 instead of a ones column in
                                   V), skipping hidden causal tiles, masking only the diagonal
-                                  ones (FlashAttention-2's causal tile skipping)
+                                  ones after the exponential (FlashAttention-2's causal tile
+                                  skipping), heads in cache-sized groups
+====  ==========================  ===========================================================
+
+and, timed apart (with the wall clock: the process CPU time adds up the threads' times),
+
+====  ==========================  ===========================================================
+ 10   :func:`rung10_threads`      rung 9 with its query blocks on every core, a pool of
+                                  threads (FlashAttention-2's parallelism over the sequence:
+                                  thread blocks over (head, query block))
 ====  ==========================  ===========================================================
 
 The rungs take no explicit ``mask`` (the library's :func:`flashlib.flash_attention` does);
-``causal`` rungs before the last one apply the causal mask to every tile, skipping none.
+``causal`` rungs before rung 9 apply the causal mask to every tile, skipping none.
 """
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Callable
 
 import numpy as np
 
-from flashlib._validate import check_block, check_problem
+from flashlib._validate import check_block, check_int, check_problem
 from flashlib.constants import BLOCK_K, BLOCK_Q, LOG2E, compute_dtype
-from flashlib.flash import STALE_LIMIT, flash_attention
+from flashlib.flash import STALE_LIMIT, _attention, flash_attention, transposed_tiles
 from flashlib.masks import tile_mask, visible_keys
 
 __all__ = [
@@ -56,7 +76,12 @@ __all__ = [
     "rung4_ones_column",
     "rung5_lazy_rescale",
     "rung6_stale_max",
+    "rung7_kt_tiles",
+    "rung8_no_cliff",
+    "rung10_threads",
+    "cliff_floor",
     "RUNGS",
+    "THREADS_RUNG",
     "RESCALE_THRESHOLD",
 ]
 
@@ -365,9 +390,9 @@ def rung6_stale_max(
             visible = tile_mask(i0, i1, j0, j1, p.offset, None)
             if visible is None and np.isfinite(m_i).all():  # fast step
                 np.matmul(q_i, k_aug[:, :, j0:j1], out=s)  # S_ij - m_i
-                with np.errstate(over="ignore"):
+                with np.errstate(over="ignore", invalid="ignore"):  # inf: redone below
                     np.exp2(s, out=s)
-                np.matmul(s, v1[:, j0:j1], out=pv_ij)
+                    np.matmul(s, v1[:, j0:j1], out=pv_ij)
                 if (pv_ij[..., d_v] <= STALE_LIMIT).all():
                     acc += pv_ij
                     continue
@@ -385,6 +410,153 @@ def rung6_stale_max(
     return _finish(p, acc_all[..., :d_v], acc_all[..., d_v])
 
 
+def rung7_kt_tiles(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, *, block_q: int = BLOCK_Q,
+    block_k: int = BLOCK_K, causal: bool | str = False, scale: float | None = None,
+) -> np.ndarray:
+    """Rung 7: rung 6 with [K^T; 1] laid out as contiguous (d + 1, B_c) tiles.
+
+    Rung 6 slices its tiles out of one (d + 1, n_k) array: each tile's rows lie n_k floats
+    apart (a power of two at the usual n), a stride that makes the Q K^T matmul markedly
+    slower than the same product on a contiguous tile.  Same arithmetic, same result.
+    """
+    p, block_q, block_k, dtype = _setup(q, k, v, block_q, block_k, causal, scale)
+    n_b, n_q, n_k, d, d_v = p.q.shape[0], p.n_q, p.n_k, p.q.shape[-1], p.v.shape[-1]
+    q_aug = _with_ones(p.q * dtype.type(float(p.scale) * LOG2E), dtype)  # last column: -m_i
+    k_tiles = transposed_tiles(p.k, min(block_k, n_k), dtype)  # (B, n_k / B_c, d + 1, B_c)
+    v1 = _with_ones(p.v, dtype)
+    acc_all = np.zeros((n_b, n_q, d_v + 1), dtype=dtype)
+    s_buf = np.empty((n_b, min(block_q, n_q), min(block_k, n_k)), dtype=dtype)
+    pv = np.empty((n_b, min(block_q, n_q), d_v + 1), dtype=dtype)
+    for i0 in range(0, n_q, block_q):
+        i1 = min(i0 + block_q, n_q)
+        q_i, acc = q_aug[:, i0:i1], acc_all[:, i0:i1]
+        m_i = np.full((n_b, i1 - i0), -np.inf, dtype=dtype)
+        for t, j0 in enumerate(range(0, n_k, block_k)):
+            j1 = min(j0 + block_k, n_k)
+            s, pv_ij = s_buf[:, : i1 - i0, : j1 - j0], pv[:, : i1 - i0]
+            k_j = k_tiles[:, t, :, : j1 - j0]  # contiguous: the only change from rung 6
+            visible = tile_mask(i0, i1, j0, j1, p.offset, None)
+            if visible is None and np.isfinite(m_i).all():  # fast step
+                np.matmul(q_i, k_j, out=s)  # S_ij - m_i
+                with np.errstate(over="ignore", invalid="ignore"):  # inf: redone below
+                    np.exp2(s, out=s)
+                    np.matmul(s, v1[:, j0:j1], out=pv_ij)
+                if (pv_ij[..., d_v] <= STALE_LIMIT).all():
+                    acc += pv_ij
+                    continue
+            np.matmul(q_i[..., :d], k_j[:, :d], out=s)  # exact step
+            if visible is not None:
+                np.copyto(s, -np.inf, where=~visible)
+            m_new = np.maximum(m_i, s.max(axis=-1))
+            m_ref = np.where(np.isneginf(m_new), 0, m_new)
+            s -= m_ref[..., None]
+            np.exp2(s, out=s)
+            acc *= np.exp2(m_i - m_ref)[..., None]
+            acc += np.matmul(s, v1[:, j0:j1], out=pv_ij)
+            m_i = m_new
+            q_i[..., d] = -m_ref
+    return _finish(p, acc_all[..., :d_v], acc_all[..., d_v])
+
+
+def cliff_floor(q: np.ndarray, k: np.ndarray, scale: float, n_k: int,
+                dtype: np.dtype) -> float | None:
+    """The base-2 floor at which rung 8 (and the library) clamp S - m_i, or None when the
+    scores cannot reach it.  The floor is -63 for float32 (half the smallest normal exponent:
+    2**-63 times any value stays a normal number); scores reach it only if
+    2 scale log2(e) max|q_i| max|k_j| (Cauchy-Schwarz bounds |s| by the product of the
+    norms) plus the log2(n_k) + 2 by which a moved-up m_i may exceed the row maximum does."""
+    floor = float(np.finfo(dtype).minexp // 2)
+    norms = [math.sqrt(float(np.einsum("...i,...i->...", x, x, dtype=dtype).max(initial=0)))
+             for x in (q, k)]
+    reach = 2 * abs(scale) * LOG2E * norms[0] * norms[1] * (1 + 1e-3) + math.log2(n_k + 1) + 2
+    return floor if reach >= -floor else None
+
+
+def rung8_no_cliff(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, *, block_q: int = BLOCK_Q,
+    block_k: int = BLOCK_K, causal: bool | str = False, scale: float | None = None,
+) -> np.ndarray:
+    """Rung 8: rung 7 without the large-logit cliff.
+
+    With large logits (scores of standard deviation 30, say) most of a tile's S - m_i lie far
+    below -126, where float32 exp2 returns subnormal numbers or 0 on a path 10 to 200 times
+    slower, and the matmuls and updates that meet subnormal numbers slow down too.  Where the
+    scores can reach it (:func:`cliff_floor`) and a tile's minimum does, S - m_i is clamped at
+    -63: a term of 2**-63 instead of a smaller one, far below rounding.  And a row maximum that
+    grows past the stale limit no longer costs a second matmul: while the row sums stay finite,
+    m_i moves up by the power of two 2**e above them and acc is scaled by 2**-e.
+    """
+    p, block_q, block_k, dtype = _setup(q, k, v, block_q, block_k, causal, scale)
+    n_b, n_q, n_k, d, d_v = p.q.shape[0], p.n_q, p.n_k, p.q.shape[-1], p.v.shape[-1]
+    q_aug = _with_ones(p.q * dtype.type(float(p.scale) * LOG2E), dtype)
+    k_tiles = transposed_tiles(p.k, min(block_k, n_k), dtype)
+    v1 = _with_ones(p.v, dtype)
+    floor = cliff_floor(p.q, p.k, float(p.scale), n_k, dtype)  # None: no clamping needed
+    acc_all = np.zeros((n_b, n_q, d_v + 1), dtype=dtype)
+    s_buf = np.empty((n_b, min(block_q, n_q), min(block_k, n_k)), dtype=dtype)
+    pv = np.empty((n_b, min(block_q, n_q), d_v + 1), dtype=dtype)
+    for i0 in range(0, n_q, block_q):
+        i1 = min(i0 + block_q, n_q)
+        q_i, acc = q_aug[:, i0:i1], acc_all[:, i0:i1]
+        m_i = np.full((n_b, i1 - i0), -np.inf, dtype=dtype)
+        for t, j0 in enumerate(range(0, n_k, block_k)):
+            j1 = min(j0 + block_k, n_k)
+            s, pv_ij = s_buf[:, : i1 - i0, : j1 - j0], pv[:, : i1 - i0]
+            k_j = k_tiles[:, t, :, : j1 - j0]
+            visible = tile_mask(i0, i1, j0, j1, p.offset, None)
+            if visible is None and np.isfinite(m_i).all():  # fast step
+                np.matmul(q_i, k_j, out=s)  # S_ij - m_i
+                if floor is not None and s.min() < floor:
+                    np.maximum(s, floor, out=s)  # no subnormal numbers from here on
+                with np.errstate(over="ignore", invalid="ignore"):  # inf: redone below
+                    np.exp2(s, out=s)
+                    np.matmul(s, v1[:, j0:j1], out=pv_ij)
+                l_tile = pv_ij[..., d_v]
+                if (l_tile <= STALE_LIMIT).all():
+                    acc += pv_ij
+                    continue
+                if np.isfinite(pv_ij).all():  # a row sum grew large: move m_i up
+                    acc += pv_ij
+                    e = np.where(acc[..., d_v] > STALE_LIMIT, np.frexp(acc[..., d_v])[1], 0)
+                    m_new = m_i + e.astype(dtype)  # l_i * 2**-e < 1
+                    acc *= np.exp2(m_i - m_new)[..., None]  # 2**-e (as m_new was rounded)
+                    m_i = m_new
+                    q_i[..., d] = -m_i
+                    continue
+            np.matmul(q_i[..., :d], k_j[:, :d], out=s)  # exact step (an overflow: rare)
+            if visible is not None:
+                np.copyto(s, -np.inf, where=~visible)
+            m_new = np.maximum(m_i, s.max(axis=-1))
+            m_ref = np.where(np.isneginf(m_new), 0, m_new)
+            s -= m_ref[..., None]
+            if floor is not None:
+                np.maximum(s, floor, out=s)
+            np.exp2(s, out=s)
+            acc *= np.exp2(m_i - m_ref)[..., None]
+            acc += np.matmul(s, v1[:, j0:j1], out=pv_ij)
+            m_i = m_new
+            q_i[..., d] = -m_ref
+    return _finish(p, acc_all[..., :d_v], acc_all[..., d_v])
+
+
+def rung10_threads(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, *, block_q: int = BLOCK_Q,
+    block_k: int = BLOCK_K, causal: bool | str = False, scale: float | None = None,
+    workers: int | None = None,
+) -> np.ndarray:
+    """Rung 10: the library forward (rung 9) with its (head group, query block) items on
+    ``workers`` threads, default every core (``os.cpu_count()``), BLAS held at one thread
+    meanwhile.  numpy releases the GIL inside matmul and large ufunc loops, so the threads run
+    in parallel but for the few Python statements between numpy calls.  The result equals
+    rung 9's bit for bit.  :func:`flashlib.flash_attention` does the same with as many threads
+    as the BLAS thread limit."""
+    p = check_problem(q, k, v, causal=causal, scale=scale, blocks=(block_q, block_k))
+    n = (os.cpu_count() or 1) if workers is None else check_int(workers, "workers", minimum=1)
+    o, _ = _attention(p, workers=n)
+    return p.unflatten(o)
+
+
 #: The ladder in order: (label, function).  Every function has the signature
 #: f(q, k, v, *, block_q, block_k, causal, scale) -> o; the baseline :func:`naive_inplace`
 #: (no blocks) is not a rung.
@@ -396,5 +568,11 @@ RUNGS: list[tuple[str, Callable[..., np.ndarray]]] = [
     ("4 ones column", rung4_ones_column),
     ("5 lazy rescale", rung5_lazy_rescale),
     ("6 stale max in matmul", rung6_stale_max),
-    ("7 flash_attention", flash_attention),
+    ("7 K^T in contiguous tiles", rung7_kt_tiles),
+    ("8 no large-logit cliff", rung8_no_cliff),
+    ("9 flash_attention", flash_attention),
 ]
+
+#: The rung timed apart, with the wall clock: rung 9 on every core.  Same signature, plus
+#: ``workers`` (default: every core).
+THREADS_RUNG: tuple[str, Callable[..., np.ndarray]] = ("10 threads", rung10_threads)

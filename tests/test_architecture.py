@@ -76,10 +76,24 @@ def test_ml_dtypes_stays_optional():
         contract["forbidden_modules"])
 
 
+def test_threadpoolctl_is_the_one_optional_exception():
+    """Only flashlib._threads may import threadpoolctl, and only inside a try: the numerics
+    run without it (on one thread)."""
+    assert _numerics_contract().get("ignore_imports") == ["flashlib._threads -> threadpoolctl"]
+    for path in (ROOT / "flashlib").glob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        if path.name != "_threads.py":
+            assert "threadpoolctl import" not in text and "import threadpoolctl" not in text
+    text = (ROOT / "flashlib" / "_threads.py").read_text(encoding="utf-8")
+    before = text.split("from threadpoolctl import", 1)[0].rstrip().splitlines()[-1]
+    assert before.strip() == "try:", before
+
+
 @pytest.mark.parametrize(("module", "line", "culprit"), [
     ("masks.py", "import matplotlib.pyplot", "matplotlib"),
     ("naive.py", "import ml_dtypes", "ml_dtypes"),
     ("__init__.py", "from flashlib.precision import round_to", "flashlib.precision"),
+    ("flash.py", "import threadpoolctl", "threadpoolctl"),
     ("__init__.py", "from flashlib.book.widgets import interactive_figure", "flashlib.book"),
     ("bench/report.py", "from flashlib.book import glue", "flashlib.book"),
     ("flash.py", "import flashlib.gpu.device", "flashlib.gpu"),

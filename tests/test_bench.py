@@ -95,6 +95,8 @@ def test_ladder_command_tiny_without_torch(tmp_path):
     rows = res["runs"][0]["rows"]
     assert [r["impl"] for r in rows][0] == "naive_inplace"
     assert len(rows) == 1 + len(RUNGS)
+    assert "threads (wall clock)" in proc.stdout and "10 threads" in proc.stdout
+    assert res["runs"][0]["threads_rung"]["speedup"] > 0
     assert "torch" not in res["machine"] and res["sgemm_peak_gflops"] is None
     assert "sdpa_backend" not in res
 
@@ -221,3 +223,48 @@ def test_set_threads_says_whether_blas_is_pinned(monkeypatch):
     assert bench.set_threads(1) is False
     monkeypatch.undo()
     assert bench.set_threads(1) is True
+def test_targets_command_tiny(tmp_path):
+    """``targets``: every figure against its target, the BLAS kernel, the exp2 state, the load,
+    the raw medians; with more than one core the wall-clock figures too."""
+    pytest.importorskip("torch")
+    proc, res = _run(["targets", "--n", "64", "--heads", "2", "--d", "8", "--repeats", "1",
+                      "--threads", "2", "--no-progress"], tmp_path)
+    from flashlib.bench.targets import TARGETS
+
+    assert set(res["figures"]) == {key for key, *_ in TARGETS}
+    assert all(res["figures"][key] is not None and res["figures"][key] > 0
+               for key, *_ in TARGETS)
+    for _, text, op, target in TARGETS:
+        assert text.format(t=2) in proc.stdout and f"{op} {target:g}" in proc.stdout
+    assert "kernel" in proc.stdout and "exp2 / exp" in proc.stdout
+    assert res["exp2_state"]["ratio"] > 0 and isinstance(res["exp2_state"]["slow"], bool)
+    assert "torch autograd backward only" in proc.stdout
+    assert set(res["threads_speedup"]) == {"flash", "flash_backward", "torch_sdpa"}
+    assert res["machine"]["threads"] == 1
+    if hasattr(os, "getloadavg"):
+        assert "load average" in proc.stdout and len(res["load_average"]["after"]) == 3
+
+
+def test_targets_report_says_when_exp2_is_slow_or_a_figure_is_missed():
+    from flashlib.bench.targets import TARGETS, format_targets
+
+    res = {
+        "n": 8, "heads": 1, "d": 2, "dtype": "float32", "repeats": 1, "threads": 1,
+        "machine": {"cpu_model": "x", "cpu_count": 1, "numpy": "2", "blas": [],
+                    "env": {"OPENBLAS_CORETYPE": "Haswell"}},
+        "exp2_state": {"ratio": 3.5, "exp2_us": 70.0, "exp_us": 20.0, "slow": True},
+        "figures": dict.fromkeys((key for key, *_ in TARGETS), None)
+        | {"fwd_1t_vs_sdpa": 0.9, "logits30_vs_normal": 1.2},
+        "one_thread_s": {"flash": 1.0}, "memory_bytes": {"flash_backward": 1,
+                                                         "naive_backward": 10},
+        "threads_note": "1 core(s): skipped",
+    }
+    text = format_targets(res)
+    assert "SLOW-EXP2 STATE" in text and "OPENBLAS_CORETYPE" in text
+    assert "MISSED" in text and "met" in text and "skipped" in text
+
+
+def test_exp2_state_is_a_ratio():
+    state = bench.exp2_state(repeats=3)
+    assert state["ratio"] == pytest.approx(state["exp2_us"] / state["exp_us"])
+    assert state["slow"] == (state["ratio"] > 1.5)

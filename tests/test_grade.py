@@ -310,13 +310,15 @@ def test_json_summary_and_exports(graded):
     with open(out / "otter_final_grades_online-softmax.csv", encoding="utf-8",
               newline="") as f:
         otter = list(csv.DictReader(f))
-    assert list(otter[0]) == ["file", "Exercise 3.1", "Exercise 3.2", "Exercise 3.3", "Exercise 3.4",
-                              "total_points_earned", "percent_correct", "grading_status"]
+    assert list(otter[0]) == ["file", "Exercise 3.1", "Exercise 3.2", "Exercise 3.3",
+                              "Exercise 3.4", "total_points_earned", "percent_correct",
+                              "grading_status"]
     assert otter[0]["file"] == "points-per-question"
     alice = next(r for r in otter if r["file"] == "alice/online-softmax.ipynb")
     assert (alice["total_points_earned"], alice["percent_correct"]) == ("4", "1.0")
     erin = next(r for r in otter if r["file"] == "erin/online-softmax.ipynb")
-    assert (erin["Exercise 3.1"], erin["Exercise 3.4"], erin["percent_correct"]) == ("1", "0", "0.25")
+    assert (erin["Exercise 3.1"], erin["Exercise 3.4"], erin["percent_correct"]) == (
+        "1", "0", "0.25")
     assert (out / "logs" / "online-softmax.log").is_file()
 
 

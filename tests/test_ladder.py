@@ -12,10 +12,10 @@ from conftest import assert_error_within, plain_attention
 from flashlib import flash_attention, naive_attention
 from flashlib.constants import LOG2E
 from flashlib.flash import STALE_LIMIT
-from flashlib.ladder import RESCALE_THRESHOLD, RUNGS, naive_inplace
+from flashlib.ladder import RESCALE_THRESHOLD, RUNGS, THREADS_RUNG, naive_inplace
 from flashlib.masks import causal_mask, causal_tiles, straddles_diagonal
 
-FUNCS = [("naive_inplace", naive_inplace)] + RUNGS
+FUNCS = [("naive_inplace", naive_inplace)] + RUNGS + [THREADS_RUNG]
 IDS = [label for label, _ in FUNCS]
 
 # lead, n_q, n_k, d, d_v, block_q, block_k, causal
@@ -75,13 +75,14 @@ def test_low_precision_within_twice_plain(label, fn, causal, dtype):
 @pytest.mark.parametrize(("label", "fn"), FUNCS, ids=IDS)
 def test_growing_maximum_takes_the_rescaling_paths(label, fn, dtype):
     """Keys whose scores grow by far more than RESCALE_THRESHOLD (and than log2 of the stale
-    limit) along the sequence: rung 5 must rescale, rungs 6 and 7 must redo tiles."""
+    limit) along the sequence: rung 5 must rescale, rungs 6 and 7 must redo tiles, rungs 8 to
+    10 move m_i up."""
     rng = np.random.default_rng(2)
     b_r, b_c = 16, 8
     q, k, v = _qkv(rng, (2,), 50, 96, 16, 8, key_growth=40.0)
     # the test really moves the maximum: along every row, the base-2 scores of the last key
     # block top those of the first by more than RESCALE_THRESHOLD (rung 5 rescales), and in
-    # most rows by more than log2(STALE_LIMIT) (rungs 6 and 7 redo a tile)
+    # most rows by more than log2(STALE_LIMIT) (rungs 6 and 7 redo a tile, later ones move m_i)
     s2 = (q @ k.swapaxes(-1, -2)) / np.sqrt(q.shape[-1]) * LOG2E
     growth = s2[..., -b_c:].max(axis=-1) - s2[..., :b_c].max(axis=-1)
     assert np.all(growth > RESCALE_THRESHOLD), growth.min()
@@ -97,10 +98,12 @@ def test_growing_maximum_takes_the_rescaling_paths(label, fn, dtype):
 
 def test_last_rung_is_the_library_function():
     assert RUNGS[-1][1] is flash_attention
-    assert [label.split()[0] for label, _ in RUNGS] == [str(i) for i in range(len(RUNGS))]
+    assert [label.split()[0] for label, _ in RUNGS + [THREADS_RUNG]] == [
+        str(i) for i in range(len(RUNGS) + 1)]
 
 
-@pytest.mark.parametrize(("label", "fn"), RUNGS, ids=[label for label, _ in RUNGS])
+@pytest.mark.parametrize(("label", "fn"), RUNGS + [THREADS_RUNG],
+                         ids=[label for label, _ in RUNGS + [THREADS_RUNG]])
 def test_rungs_validate_inputs(label, fn):
     q = np.zeros((4, 8))
     with pytest.raises(ValueError, match="block_q"):

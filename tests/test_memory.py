@@ -19,7 +19,7 @@ from flashlib import (
     naive_attention_backward,
 )
 from flashlib.constants import BLOCK_K, BLOCK_Q
-from flashlib.flash import workspace_bytes
+from flashlib.flash import TILE_BYTES, workspace_bytes
 
 FLASHLIB_DIR = os.path.dirname(os.path.abspath(flashlib.__file__))
 
@@ -167,15 +167,17 @@ def test_no_float64_promotion(dtype):
 @pytest.mark.parametrize("n", [1024, 2048])
 def test_block_n_is_one_n_by_n_tile(n):
     """Block sizes are honoured: block = n makes flash_attention's tile one n x n matrix per
-    head, and nothing else grows with the block (O(n d) workspace + the tile + O(B_r d))."""
+    head of a group (TILE_BYTES: here one head, since one n x n tile exceeds it), and nothing
+    else grows with the block (O(n d) workspace + the tiles + O(B_r d))."""
     heads, d = 2, 64
     q, k, v = (np.random.default_rng(s).standard_normal((heads, n, d), dtype=np.float32)
                for s in range(3))
+    assert n * n * 4 > TILE_BYTES
     _, extra = _traced_extra(flash_attention, q, k, v, block_q=n, block_k=n)
-    tile = heads * n * n * 4
+    tile = n * n * 4
     rows = heads * n * (d + 1 + 2 * d + 8) * 4  # q_aug, acc, pv and a few (B_r,) vectors
     small = 64 * 1024  # Python objects, the (B_c, 1) ones, index arrays
-    budget = workspace_bytes(n, n, d, np.float32, batch=heads) + tile + rows + small
+    budget = workspace_bytes(n, n, d, np.float32, batch=heads, block_k=n) + tile + rows + small
     assert tile <= extra <= budget, (extra - tile) / budget
 
 
@@ -183,7 +185,9 @@ def test_block_n_is_one_n_by_n_tile(n):
                                    "flash_attention_backward"])
 def test_tile_memory_follows_the_block_size(fname):
     """The tile memory is B_r x B_c per head, for every tiled function: at block = n about one
-    (at most a few) n x n matrices per head, at the default tile a small fraction of one."""
+    (at most a few) n x n matrices per head (per head of a group, for the fast paths that take
+    heads in groups of TILE_BYTES: at least one), at the default tile a small fraction of
+    one."""
     n, heads, d = 1024, 2, 32
     q, k, v = (np.random.default_rng(s).standard_normal((heads, n, d), dtype=np.float32)
                for s in range(3))
@@ -198,8 +202,8 @@ def test_tile_memory_follows_the_block_size(fname):
     _, at_default = _traced_extra(calls[fname])
     nxn = heads * n * n * 4
     o_nd = heads * n * d * 4  # one (heads, n, d) float32 array
-    # block = n: at least one n x n tile per head, at most a few (S, P, dP, dS) plus O(n d)
-    assert nxn <= at_n <= 5 * nxn + 8 * o_nd, (at_n / nxn)
+    # block = n: at least one n x n tile, at most a few per head (S, P, dP, dS) plus O(n d)
+    assert nxn / heads <= at_n <= 5 * nxn + 8 * o_nd, (at_n / nxn)
     # the default tile (BLOCK_Q x BLOCK_K): a few tiles plus O(n d), far below one n x n
     default_tile = heads * BLOCK_Q * BLOCK_K * 4
     assert at_default <= 5 * default_tile + 8 * o_nd < nxn / 2, (at_default / nxn)

@@ -1,6 +1,7 @@
 """CPU benchmark: naive attention, FlashAttention (v1 and v2 loop orders), PyTorch SDPA.
 
     pip install "flashlib[bench]"                       # threadpoolctl, tqdm, tabulate
+    python -m flashlib.bench targets                    # the tracked figures (n = 4096)
     python -m flashlib.bench cpu                        # n = 1024 4096, 8 heads, d = 64
     python -m flashlib.bench cpu --n 4096 16384 --causal --repeats 5
     python -m flashlib.bench cpu --n 64 --heads 1 --repeats 1 --blocks 16x16   # tiny (CI)
@@ -20,6 +21,7 @@ the ratios.
 
 - :mod:`flashlib.bench.machine`  the machine: CPU, BLAS, threads, versions, the sgemm peak
 - :mod:`flashlib.bench.suites`   what is timed (``cpu``, ``ladder``) and the summary rows
+- :mod:`flashlib.bench.targets`  the tracked figures against their targets (``targets``)
 - :mod:`flashlib.bench.report`   the printed tables
 - :mod:`flashlib.bench.__main__` the command line
 
@@ -45,9 +47,11 @@ from flashlib.bench.suites import (
     ladder_calls,
     run,
     summarise,
+    threads_rung_times,
     tile_breakdown,
     torch_calls,
 )
+from flashlib.bench.targets import exp2_state, format_targets, run_targets
 
 __all__ = [
     "CPU_FLAGS",
@@ -65,6 +69,10 @@ __all__ = [
     "ladder_calls",
     "torch_calls",
     "tile_breakdown",
+    "threads_rung_times",
+    "exp2_state",
+    "run_targets",
+    "format_targets",
     "summarise",
     "run",
     "report",

@@ -52,11 +52,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m flashlib.bench", description=bench.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("suite", choices=SUITES, nargs="?", default="cpu",
-                        help="cpu or ladder; `python -m flashlib.bench gpu --help` for the "
-                        "GPU suite")
-    parser.add_argument("--n", type=int, nargs="+", default=list(DEFAULT_NS),
-                        help="sequence lengths n = n_q = n_k (default: %(default)s)")
+    parser.add_argument("suite", choices=SUITES, nargs="?", default="cpu")
+    parser.add_argument("--n", type=int, nargs="+", default=None,
+                        help="sequence lengths n = n_q = n_k (default: "
+                        f"{' '.join(map(str, DEFAULT_NS))}; targets: the first only, default "
+                        "4096)")
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--d", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per implementation")
@@ -67,8 +67,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         default=",".join(f"{r}x{c}" for r, c in DEFAULT_BLOCKS),
                         help="flash_attention tile sizes B_rxB_c, comma-separated (the default "
                         "tile is the row 'flash'; default: %(default)s)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="BLAS and torch threads; above 1 forces --clock wall")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="BLAS and torch threads (default 1); above 1 forces --clock wall. "
+                        "targets: the thread count of the multi-thread figures (default: "
+                        "every core)")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
     parser.add_argument("--no-torch", action="store_true", help="skip the torch baselines")
     parser.add_argument("--no-peak", action="store_true",
@@ -80,17 +82,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     modes = [True] if args.causal_only else ([False, True] if args.causal else [False])
     try:
-        results = run(
-            args.suite, ns=args.n, heads=args.heads, d=args.d, repeats=args.repeats,
-            causal_modes=modes, blocks=args.blocks, threads=args.threads, clock=args.clock,
-            with_torch=not args.no_torch, peak_sgemm=not args.no_peak,
-            progress=not args.no_progress,
-        )
+        if args.suite == "targets":
+            from flashlib.bench.targets import format_targets, run_targets
+
+            results = run_targets(
+                n=args.n[0] if args.n else 4096, heads=args.heads, d=args.d,
+                repeats=args.repeats, threads=args.threads, with_torch=not args.no_torch,
+                progress=not args.no_progress)
+        else:
+            results = run(
+                args.suite, ns=args.n or list(DEFAULT_NS), heads=args.heads, d=args.d,
+                repeats=args.repeats, causal_modes=modes, blocks=args.blocks,
+                threads=1 if args.threads is None else args.threads, clock=args.clock,
+                with_torch=not args.no_torch, peak_sgemm=not args.no_peak,
+                progress=not args.no_progress,
+            )
     except (TypeError, ValueError) as err:  # a bad option value: say which, no traceback
         parser.error(str(err))
     results["command"] = "python -m flashlib.bench " + " ".join(
         sys.argv[1:] if argv is None else argv)
-    print(report(results))
+    print(format_targets(results) if args.suite == "targets" else report(results))
     out = args.out or os.path.join("bench-results", f"{args.suite}.json")
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out, "w", encoding="utf-8") as f:

@@ -61,6 +61,11 @@ def report(results: Mapping[str, Any]) -> str:
         out.append(f"\nn = {r['n']}, heads = {r['heads']}, d = {r['d']}, "
                    f"{'causal' if r['causal'] else 'non-causal'}, medians of {r['repeats']}")
         out.append(format_rows(r["rows"]))
+        tr = r.get("threads_rung")
+        if tr:
+            times = ", ".join(f"{name} {t:.4f} s" for name, t in tr["median_s"].items())
+            out.append(f"threads (wall clock): {times}: speed-up {tr['speedup']:.2f}x"
+                       + (f" ({tr['note']})" if tr.get("note") else ""))
         other = by_key.get((r["n"], False))
         if r["causal"] and other is not None:
             full = {row["impl"]: row["median_s"] for row in other["rows"]}

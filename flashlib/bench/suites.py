@@ -2,7 +2,9 @@
 
 cpu     naive attention (numpy, in place), FlashAttention v1 and v2 loop orders, v2 at several
         tile sizes, and (when torch is installed) PyTorch's SDPA and a naive torch attention
-ladder  the in-place naive baseline and every rung of :mod:`flashlib.ladder`
+ladder  the in-place naive baseline and every rung of :mod:`flashlib.ladder`; then rung 10
+        (threads) against rung 9 on the wall clock
+(``targets``, the tracked figures against their targets, is :mod:`flashlib.bench.targets`)
 
 Every implementation runs on the same inputs, round-robin (:func:`flashlib.measure.time_calls`).
 torch is imported only here and only when asked for: flashlib's numerics never need it.
@@ -11,6 +13,7 @@ torch is imported only here and only when asked for: flashlib's numerics never n
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -29,7 +32,7 @@ from flashlib.bench.machine import (
 from flashlib.constants import BLOCK_K, BLOCK_Q
 from flashlib.flash import flash_attention
 from flashlib.flash_v1 import flash_attention_v1
-from flashlib.ladder import RUNGS, naive_inplace
+from flashlib.ladder import RUNGS, THREADS_RUNG, naive_inplace
 from flashlib.masks import causal_tiles
 from flashlib.measure import CLOCKS, median_times, time_calls
 from flashlib.naive import naive_attention
@@ -43,6 +46,7 @@ __all__ = [
     "ladder_calls",
     "torch_calls",
     "tile_breakdown",
+    "threads_rung_times",
     "summarise",
     "run",
 ]
@@ -56,8 +60,9 @@ DEFAULT_NS = (1024, 4096)
 #: ``--blocks`` is not given: the sweep cited where flashlib.constants chooses BLOCK_Q x BLOCK_K.
 #: The default tile among them is the row "flash", not timed twice.
 DEFAULT_BLOCKS = ((64, 64), (64, 128), (128, 64), (128, 128), (256, 256))
-#: The suites :func:`run` knows.
-SUITES = ("cpu", "ladder")
+#: The suites of ``python -m flashlib.bench``: :func:`run` runs the first two, the third is
+#: :func:`flashlib.bench.targets.run_targets`.
+SUITES = ("cpu", "ladder", "targets")
 
 
 def attention_flops(heads: int, n_q: int, n_k: int, d: int, causal: bool = False) -> float:
@@ -166,6 +171,23 @@ def ladder_calls(
     return calls
 
 
+def threads_rung_times(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = False, repeats: int = 5,
+    workers: int | None = None,
+) -> dict[str, Any]:
+    """Rung 9 (the library forward on one thread) against rung 10 (on ``workers`` threads,
+    default every core), wall clock, round-robin: medians and the speed-up.  On one core
+    rung 10 is rung 9, and the result says so."""
+    workers = workers or (os.cpu_count() or 1)
+    label, fn = THREADS_RUNG
+    calls = {"9 one thread": lambda: fn(q, k, v, causal=causal, workers=1),
+             f"{label} ({workers})": lambda: fn(q, k, v, causal=causal, workers=workers)}
+    med = median_times(calls, repeats, clock="wall")
+    one, many = med.values()
+    return {"workers": workers, "median_s": med, "speedup": one / many,
+            "note": None if workers > 1 else "one core: no second thread to run on"}
+
+
 def tile_breakdown(
     heads: int, n: int, d: int, block_q: int = BLOCK_Q, block_k: int = BLOCK_K,
     repeats: int = 20, *, clock: str = "cpu",
@@ -258,8 +280,9 @@ def run(
     thread's time), noted in ``results["clock_note"]``.  When torch was asked for but is
     missing (or does not import), ``results["torch_note"]`` says so and the rest is timed.
     """
-    if suite not in SUITES:
-        raise ValueError(f"suite must be one of {SUITES}, got {suite!r}")
+    if suite not in SUITES[:2]:
+        raise ValueError(f"suite must be one of {SUITES[:2]} (targets: run_targets), "
+                         f"got {suite!r}")
     if clock not in CLOCKS:
         raise ValueError(f"clock must be one of {sorted(CLOCKS)}, got {clock!r}")
     threads = check_int(threads, "threads", minimum=1)
@@ -311,6 +334,9 @@ def run(
                 "n": n, "heads": heads, "d": d, "causal": causal, "dtype": "float32",
                 "repeats": repeats, "flops": flops, "rows": summarise(times, flops, peak),
             })
+            if suite == "ladder":
+                results["runs"][-1]["threads_rung"] = threads_rung_times(
+                    q, k, v, causal=causal, repeats=repeats)
     if bar is not None:
         bar.close()
     return results
