@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_every_chapter_is_a_notebook_in_the_toc():
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    entries = [toc["root"], *(entry["file"] for part in toc["parts"] for entry in part["chapters"])]
+    entries = [toc["root"],
+               *(entry["file"] for part in toc["parts"] for entry in part["chapters"])]
     pages = [path.relative_to(ROOT).with_suffix("").as_posix() for path in notebooks.toc_files()]
     assert pages == entries
     chapters = [path.relative_to(ROOT).with_suffix("").as_posix() for path in notebooks.chapters()]
