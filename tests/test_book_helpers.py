@@ -249,3 +249,17 @@ def test_generated_notebooks_have_no_myst_left():
         first = next(c for c in nb.cells if c.cell_type == "markdown")
         if "{glue" in source.read_text(encoding="utf-8"):
             assert "flashlib.book.glued()" in first.source
+
+
+def test_backward_diagram_draws_the_five_matmuls_and_the_footprint():
+    from flashlib.book.diagrams import BACKWARD_MATMULS, backward_diagram
+    from flashlib.io_model import sram_footprint
+
+    assert len(BACKWARD_MATMULS) == 5  # one tile's products: S, dV, dP, dQ, dK
+    dg = backward_diagram(B_r=64, B_c=32, d=16, itemsize=4)
+    svg = dg.svg()
+    kib = sum(sram_footprint("backward", 64, 32, 16).values()) * 4 / 2**10
+    assert f"{kib:.0f} KiB" in dg.caption and "five matmuls" in dg.caption
+    assert svg.count("<text") >= 30 and 'viewBox="0 0 360 ' in svg
+    for name in ("dQ", "dK", "dV", "pass 1", "pass 2"):
+        assert name in svg

@@ -33,7 +33,7 @@ from typing import Any
 
 from flashlib.book.plots import OKABE_ITO, check_alt
 
-__all__ = ["Diagram", "memory_diagram", "WIDTH"]
+__all__ = ["Diagram", "memory_diagram", "backward_diagram", "BACKWARD_MATMULS", "WIDTH"]
 
 #: Width of every diagram's viewBox, in SVG units (about pixels on a phone).
 WIDTH = 360
@@ -180,4 +180,73 @@ def memory_diagram(n: int, d: int, B: int, itemsize: int) -> Diagram:
         dg.arrow(192, top + 104, 238, top + 104, "read", label_y=top + 98)
         dg.arrow(238, top + 134, 192, top + 134, "write", label_y=top + 128)
         dg.text(0, top + 170, summary, italic=True)
+    return dg
+
+
+#: The five matrix products of one tile (i, j) of the backward, in the order of
+#: :func:`flashlib.backward.flash2_backward` (the two-pass schedule's passes use some of them).
+BACKWARD_MATMULS = ("S_ij = τ Q_i K_jᵀ", "dV_j += P_ijᵀ dO_i", "dP_ij = dO_i V_jᵀ",
+                    "dQ_i += τ dS_ij K_j", "dK_j += τ dS_ijᵀ Q_i")
+
+
+def backward_diagram(B_r: int, B_c: int, d: int, itemsize: int) -> Diagram:
+    """One tile (i, j) of the backward, for blocks B_r x B_c, head dimension d (= d_v) and
+    ``itemsize`` bytes per element: what FlashAttention-2's program for key block j keeps in
+    SRAM (K_j, V_j, dK_j, dV_j for the whole loop; Q_i, dO_i, L_i, D_i, dQ_i streaming in; two
+    B_r x B_c tiles), its five matmuls, and dQ_i read and written back to HBM every tile; then
+    the two-pass schedule's programs.  Sizes from :func:`flashlib.io_model.sram_footprint`."""
+    from flashlib.io_model import sram_footprint
+
+    held = sram_footprint("backward", B_r, B_c, d)
+    total = sum(held.values()) * itemsize
+    tile = B_r * B_c * itemsize
+    alt = (f"Two panels. FlashAttention-2's backward, one tile: HBM holds Q, K, V, dO, L, D "
+           f"and the gradients dQ, dK, dV. The program of key block j keeps K_j, V_j, dK_j "
+           f"and dV_j in SRAM for its whole loop, loads Q_i, dO_i, L_i, D_i and dQ_i for each "
+           f"query block, computes two {B_r} by {B_c} tiles (P_ij, then dP_ij turned into "
+           f"dS_ij) with five matrix products, and writes dQ_i back to HBM after every tile. "
+           f"{_size(total)} in SRAM in all. The two-pass schedule: pass 1, one program per "
+           f"key block, four products, writes dK_j and dV_j; pass 2, one program per query "
+           f"block, three products, writes dQ_i once.")
+    caption = (f"One tile of the backward at B_r = {B_r}, B_c = {B_c}, d = {d}, {itemsize} "
+               f"bytes per number: {_size(total)} on chip, five matmuls, and in FlashAttention-2 "
+               "dQ_i goes back to HBM after every tile.")
+    dg = Diagram(560, alt=alt, caption=caption)
+    dg.text(0, 14, "FlashAttention-2: the program of key block j", bold=True, size=13)
+    dg.box(0, 22, 360, 72, "HBM", fill="blue")
+    for k, name in enumerate(("Q", "K", "V", "dO", "L", "D")):
+        dg.chip(8 + 40 * k, 46, name, w=36)
+    dg.chip(252, 46, "dQ", w=32, fill="vermillion")
+    dg.chip(288, 46, "dK", w=32, fill="bluish_green")
+    dg.chip(324, 46, "dV", w=32, fill="bluish_green")
+    dg.arrow(60, 96, 60, 130)
+    dg.text(68, 118, "load blocks")
+    dg.arrow(268, 130, 268, 96)
+    dg.text(260, 118, "dQ_i += …", anchor="end")
+    dg.box(0, 132, 360, 196, f"SRAM: {_size(total)}", fill="orange")
+    dg.text(8, 168, "stay:")
+    for k, name in enumerate(("K_j", "V_j", "dK_j", "dV_j")):
+        dg.chip(62 + 50 * k, 152, name, w=46, fill="bluish_green")
+    dg.text(8, 204, "stream:")
+    for k, name in enumerate(("Q_i", "dO_i", "L_i", "D_i", "dQ_i")):
+        dg.chip(62 + 50 * k, 188, name, w=46, fill="vermillion" if k == 4 else "sky_blue")
+    dg.chip(8, 226, "P_ij", f"{B_r}×{B_c}, {_size(tile)}", w=168, h=36, fill="yellow")
+    dg.chip(184, 226, "dP_ij → dS_ij", f"{B_r}×{B_c}, {_size(tile)}", w=168, h=36,
+            fill="yellow")
+    dg.text(8, 282, "P_ij = exp(S_ij − L_i)")
+    dg.text(8, 300, "dS_ij = P_ij ∘ (dP_ij − D_i)")
+    dg.text(8, 318, "(elementwise, no matmul)", italic=True)
+    dg.text(0, 348, "Its five matmuls per tile:", bold=True)
+    for k, line in enumerate(BACKWARD_MATMULS):
+        dg.text(8 + 176 * (k % 2), 368 + 18 * (k // 2), f"{k + 1}. {line}")
+    top = 430
+    dg.text(0, top, "Two passes (the Triton tutorial)", bold=True, size=13)
+    dg.box(0, top + 8, 176, 100, "pass 1: block j", fill="bluish_green")
+    for k, line in enumerate(("stay: K_j, V_j, dK_j, dV_j", "matmuls 1, 2, 3, 5",
+                              "writes dK_j, dV_j")):
+        dg.text(8, top + 46 + 18 * k, line)
+    dg.box(184, top + 8, 176, 100, "pass 2: block i", fill="sky_blue")
+    for k, line in enumerate(("stay: Q_i, dO_i, dQ_i", "matmuls 1, 3, 4",
+                              "writes dQ_i once")):
+        dg.text(192, top + 46 + 18 * k, line)
     return dg
