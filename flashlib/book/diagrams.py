@@ -22,7 +22,8 @@ Style (every diagram of the book):
     dg                                  # last expression of a cell
 
 :func:`memory_diagram` is the Introduction's picture (the FlashAttention paper's Figure 1
-idea, drawn here): what standard attention and FlashAttention keep where.
+idea, drawn here): what standard attention and FlashAttention keep where;
+:func:`precision_diagram` is the Precision chapter's: in which format each number is kept.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from typing import Any
 
 from flashlib.book.plots import OKABE_ITO, check_alt
 
-__all__ = ["Diagram", "memory_diagram", "backward_diagram", "BACKWARD_MATMULS", "WIDTH"]
+__all__ = ["Diagram", "memory_diagram", "backward_diagram", "BACKWARD_MATMULS",
+           "precision_diagram", "WIDTH"]
 
 #: Width of every diagram's viewBox, in SVG units (about pixels on a phone).
 WIDTH = 360
@@ -249,4 +251,52 @@ def backward_diagram(B_r: int, B_c: int, d: int, itemsize: int) -> Diagram:
     for k, line in enumerate(("stay: Q_i, dO_i, dQ_i", "matmuls 1, 3, 4",
                               "writes dQ_i once")):
         dg.text(192, top + 46 + 18 * k, line)
+    return dg
+
+
+_SHORT = {"float64": "fp64", "float32": "fp32", "float16": "fp16", "bfloat16": "bf16",
+          "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+
+
+def precision_diagram(kept: dict[str, str]) -> Diagram:
+    """In which format a FlashAttention-2 kernel keeps each number: ``kept`` maps the cast
+    points of :class:`flashlib.precision.Casts` (inputs, S, P, acc, m, l, O, compute) to dtype
+    names, e.g. ``dataclasses.asdict(Casts.flash("bfloat16"))``.  HBM holds Q, K, V and O in
+    their formats; on chip, the tile S_ij, m_i, l_i and the accumulator O_i stay in theirs, and
+    the unnormalised P_ij is rounded to ``kept["P"]`` just before the P V matmul."""
+    missing = {"inputs", "S", "P", "acc", "m", "l", "O"} - set(kept)
+    if missing:
+        raise ValueError(f"kept: missing cast points {sorted(missing)}")
+    short = {k: _SHORT.get(v, v) for k, v in kept.items()}
+    alt = (f"Two stacked boxes. HBM holds Q, K and V in {kept['inputs']} and the output O in "
+           f"{kept['O']}. On chip, the tile of scores S_ij is kept in {kept['S']}, the running "
+           f"maximum m_i in {kept['m']}, the running sum l_i in {kept['l']} and the output "
+           f"accumulator O_i in {kept['acc']}; the unnormalised probabilities P_ij are rounded to "
+           f"{kept['P']} just before the P V matrix product.")
+    caption = ("Where the rounding happens: loading Q, K, V, rounding P before P V, and "
+               "writing O; the sums that outgrow their terms, l and the accumulator, never "
+               "leave a wide format.")
+    dg = Diagram(312, alt=alt, caption=caption)
+
+    def labelled(x: float, y: float, name: str, note: str, w: float, fill: str) -> None:
+        dg.chip(x, y, "", w=w, h=44, fill=fill)  # name and note spaced for subscripts
+        dg.text(x + w / 2, y + 17, name, anchor="middle", bold=True)
+        dg.text(x + w / 2, y + 37, note, anchor="middle")
+
+    dg.box(0, 0, 360, 78, "HBM (stored)", fill="blue")
+    for k, name in enumerate(("Q", "K", "V")):
+        labelled(8 + 52 * k, 26, name, short["inputs"], 46, "sky_blue")
+    labelled(300, 26, "O", short["O"], 52, "sky_blue")
+    dg.arrow(80, 80, 80, 118)
+    dg.text(88, 104, "load", italic=True)
+    dg.arrow(326, 118, 326, 80)
+    dg.text(318, 104, "write O_i / l_i", anchor="end", italic=True)
+    dg.box(0, 120, 360, 192, "On chip (registers and SRAM)", fill="orange")
+    labelled(8, 146, "S_ij", f"{short['S']} (QK^T in {short.get('compute', 'fp32')})", 166,
+             "orange")
+    labelled(186, 146, "P_ij", f"rounded to {short['P']}", 166, "vermillion")
+    for k, (name, point) in enumerate((("m_i", "m"), ("l_i", "l"), ("O_i", "acc"))):
+        labelled(8 + 118 * k, 202, name, short[point], 110, "bluish_green")
+    dg.text(8, 270, "O_i += P_ij V_j: products exact,", italic=True)
+    dg.text(8, 290, f"sums kept in {short['acc']}; l_i likewise ({short['l']})", italic=True)
     return dg
