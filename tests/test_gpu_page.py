@@ -24,7 +24,8 @@ def _code_cells(text: str) -> list[str]:
         if current is None and line.startswith("```{code-cell}"):
             current = []
         elif current is not None and line.startswith("```"):
-            cells.append("\n".join(x for x in current if not x.startswith(":tags:")))
+            cells.append("\n".join(f"print({x})" if x.startswith("check_") else x
+                                   for x in current if not x.startswith(":tags:")))
             current = None
         elif current is not None:
             current.append(line)
@@ -50,7 +51,7 @@ def test_launch_grid_diagram_counts_the_tiles():
     dg = launch_grid_diagram(n=1024, B_r=128, B_c=64, causal=True, program=5)
     svg = dg.svg()
     assert "72 of 128 tiles are visited" in dg.alt and svg.startswith("<svg")
-    assert "6 K" in svg  # program 5 streams 6 key tiles
+    assert "12 K" in svg  # program 5 streams 12 key tiles of 64: keys 0 .. 767
     with pytest.raises(ValueError, match="program"):
         launch_grid_diagram(n=256, B_r=128, B_c=64, causal=False, program=2)
 
