@@ -23,7 +23,9 @@ Style (every diagram of the book):
 
 :func:`memory_diagram` is the Introduction's picture (the FlashAttention paper's Figure 1
 idea, drawn here): what standard attention and FlashAttention keep where;
-:func:`precision_diagram` is the Precision chapter's: in which format each number is kept.
+:func:`precision_diagram` is the Precision chapter's: in which format each number is kept;
+:func:`launch_grid_diagram` is the GPU chapter's: the Triton kernel's programs and the key
+tiles each one visits (:func:`flashlib.gpu.grid.tile_map`).
 """
 
 from __future__ import annotations
@@ -32,10 +34,12 @@ import html
 import re
 from typing import Any
 
+import numpy as np
+
 from flashlib.book.plots import OKABE_ITO, check_alt
 
 __all__ = ["Diagram", "memory_diagram", "backward_diagram", "BACKWARD_MATMULS",
-           "precision_diagram", "WIDTH"]
+           "precision_diagram", "launch_grid_diagram", "WIDTH"]
 
 #: Width of every diagram's viewBox, in SVG units (about pixels on a phone).
 WIDTH = 360
@@ -299,4 +303,63 @@ def precision_diagram(kept: dict[str, str]) -> Diagram:
         labelled(8 + 118 * k, 202, name, short[point], 110, "bluish_green")
     dg.text(8, 270, "O_i += P_ij V_j: products exact,", italic=True)
     dg.text(8, 290, f"sums kept in {short['acc']}; l_i likewise ({short['l']})", italic=True)
+    return dg
+
+
+def launch_grid_diagram(n: int, B_r: int, B_c: int, causal: bool, program: int) -> Diagram:
+    """The forward kernel's launch grid for one batch x head at sequence length n: one row per
+    program (query block of B_r rows), one column per key tile of B_c keys, each cell skipped,
+    full or masked (:func:`flashlib.gpu.grid.tile_map`), and what program ``program`` keeps
+    where.  Needs no torch or triton."""
+    from flashlib.gpu.grid import FULL, MASKED, SKIPPED, tile_counts, tile_map
+
+    tiles = tile_map(n, n, B_r, B_c, causal)
+    rows, cols = tiles.shape
+    if not 0 <= program < rows:
+        raise ValueError(f"program: expected 0 <= program < {rows}, got {program}")
+    counts = tile_counts(n, n, B_r, B_c, causal)
+    cell = min(16.0, 256 / cols, 160 / rows)
+    x0, y0 = 78.0, 44.0
+    grid_h = rows * cell
+    visits = int(np.count_nonzero(tiles[program]))
+    alt = (f"A grid of {rows} rows, the programs, by {cols} columns, the key tiles, for n = {n}"
+           f" and tiles of {B_r} by {B_c}{', causal' if causal else ''}: "
+           f"{counts['visited']} of {counts['all']} tiles are visited, {counts['masked']} of "
+           f"them masked, {counts['skipped']} skipped above the diagonal. Program {program} is "
+           f"highlighted: it loads its Q_i once, streams {visits} K_j, V_j tiles, keeps m_i, l_i "
+           "and acc in registers and writes O_i and L_i once.")
+    caption = (f"The launch grid at n = {n}, B_r × B_c = {B_r} × {B_c}"
+               f"{', causal' if causal else ''}: the GPU runs all the rows at once; each row is "
+               "the inner loop of flash2_forward.")
+    dg = Diagram(y0 + grid_h + 122, alt=alt, caption=caption)
+    dg.text(x0, 14, "key tiles K_j, V_j (j →)", bold=True)
+    dg.text(0, 14, "programs", bold=True)
+    dg.text(0, 30, "(i ↓)")
+    fills = {FULL: OKABE_ITO["blue"], MASKED: OKABE_ITO["orange"]}
+    for i in range(rows):
+        dg.text(x0 - 8, y0 + (i + 0.5) * cell + 4, str(i), anchor="end")
+        for j in range(cols):
+            code = int(tiles[i, j])
+            dg._el("rect", x=_fmt(x0 + j * cell + 1), y=_fmt(y0 + i * cell + 1),
+                   width=_fmt(cell - 2), height=_fmt(cell - 2), rx=2,
+                   fill=fills.get(code, "none"), fill_opacity=0.55 if code != SKIPPED else None,
+                   stroke="currentColor" if code == SKIPPED else fills[code],
+                   stroke_width=0.6, stroke_opacity=0.45 if code == SKIPPED else None)
+    dg._el("rect", x=_fmt(x0 - 2), y=_fmt(y0 + program * cell - 1), width=_fmt(cols * cell + 4),
+           height=_fmt(cell + 2), rx=3, fill="none", stroke="currentColor", stroke_width=2.2)
+    top = y0 + grid_h + 22
+    for k, (label, fill) in enumerate((("full", "blue"), ("masked", "orange"))):
+        x = 84 * k
+        dg._el("rect", x=_fmt(x), y=_fmt(top - 11), width=12, height=12, rx=2,
+               fill=OKABE_ITO[fill], fill_opacity=0.55, stroke=OKABE_ITO[fill])
+        dg.text(x + 17, top, label)
+    dg._el("rect", x="184", y=_fmt(top - 11), width=12, height=12, rx=2, fill="none",
+           stroke="currentColor", stroke_width=0.6, stroke_opacity=0.45)
+    dg.text(201, top, "skipped")
+    lines = (f"Program {program} (framed): Q_i loaded once;",
+             f"{visits} K_j, V_j tiles streamed through;",
+             "m_i, l_i, acc kept in registers;",
+             "O_i and L_i written once, at the end.")
+    for k, line in enumerate(lines):
+        dg.text(0, top + 24 + 18 * k, line, italic=k > 0)
     return dg

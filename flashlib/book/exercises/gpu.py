@@ -8,6 +8,8 @@ float64 reference.
 check_online_softmax_step  ``step(S_ij, V_j, m_i, l_i, acc) -> (m_i, l_i, acc)``: the inner loop
 check_key_end              ``key_end(i, B_r, N_K, CAUSAL)``: causal tile skipping
 check_visible_keys         ``visible(rows, cols, N_K, CAUSAL)``: the boundary (and causal) mask
+triton_stand_ins           stand-ins for ``triton`` and ``triton.language`` where triton cannot
+                           run, so that the exercise cells still define their functions
 
 Without torch or triton (or with triton imported before flashlib.gpu) a checker says so in
 one line instead of running; it never raises because of the learner's code.
@@ -24,7 +26,8 @@ import numpy as np
 from flashlib.book.exercises import Feedback, LearnerError, NotAttempted, checker
 from flashlib.constants import LOG2E
 
-__all__ = ["TOLERANCE", "check_online_softmax_step", "check_key_end", "check_visible_keys"]
+__all__ = ["TOLERANCE", "check_online_softmax_step", "check_key_end", "check_visible_keys",
+           "triton_stand_ins"]
 
 #: Largest accepted error against the float64 reference, per input dtype, relative to
 #: max(1, max|o|): float32 is exact up to a few roundings, float16 inputs and P rounded to
@@ -43,6 +46,32 @@ def _gpu_unavailable() -> str | None:
     except GPUUnavailable as err:
         return str(err)
     return None
+
+
+class _StandIn:
+    """Any attribute is another stand-in; calling one returns its first argument (so that
+    ``@triton.jit`` leaves a function as it is) or a stand-in."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str) -> _StandIn:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _StandIn(f"{self._name}.{attr}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return args[0] if args else self
+
+    def __repr__(self) -> str:
+        return f"<stand-in for {self._name}: triton cannot run here>"
+
+
+def triton_stand_ins() -> tuple[Any, Any]:
+    """(triton, triton.language) stand-ins for a machine where the Triton kernels cannot run:
+    ``@triton.jit`` leaves the function as it is and ``tl.constexpr`` is a placeholder, so
+    the exercise cells run, and each checker then says why it cannot check."""
+    return _StandIn("triton"), _StandIn("triton.language")
 
 
 def _root(err: BaseException) -> BaseException:
