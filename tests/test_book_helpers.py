@@ -252,9 +252,8 @@ def test_generated_notebooks_have_no_myst_left():
 
 
 def test_hierarchy_diagram_states_the_cited_a100_figures():
-    from flashlib.book.diagrams import hierarchy_diagram
-
     from flashlib import io_model as io
+    from flashlib.book.diagrams import hierarchy_diagram
 
     gpu = io.GPUS["A100 (1.5 TB/s)"]
     dg = hierarchy_diagram(io.A100_HBM_BYTES, (1.5e12, 2.0e12), gpu.sram_per_sm, gpu.sms,
