@@ -47,6 +47,8 @@ __all__ = [
     "crossover_M",
     "GPU",
     "GPUS",
+    "A100_HBM_BYTES",
+    "A100_SRAM_BANDWIDTH",
     "ridge_point",
     "attention_flops",
     "arithmetic_intensity",
@@ -402,6 +404,13 @@ GPUS: dict[str, GPU] = {
     "H200 SXM": GPU("NVIDIA H200 SXM", 989e12, 4.8e12, 228 * 1024, 132,
                     "nvidia_h200, shah2024flashattention3, nvidia_hopper_tuning"),
 }
+
+
+#: The A100's HBM capacity range, bytes (FlashAttention, Section 2.1: 40-80 GB).
+A100_HBM_BYTES = (40e9, 80e9)
+#: The A100's on-chip SRAM bandwidth, bytes/s (FlashAttention, Section 2.1: "estimated"
+#: about 19 TB/s).
+A100_SRAM_BANDWIDTH = 19e12
 
 
 def ridge_point(gpu: GPU) -> float:

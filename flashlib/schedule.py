@@ -48,6 +48,7 @@ __all__ = [
     "count_io",
     "tiling_frames",
     "tiling_widget_data",
+    "io_widget_data",
     "ParallelRun",
     "simulate_parallel_outer_loop",
     "exactness_table",
@@ -287,6 +288,44 @@ def tiling_widget_data(n_values: Iterable[int], block_values: Iterable[int], *,
                for order in orders}
     return {"n_values": n_values, "block_values": block_values, "orders": list(orders),
             "configs": configs}
+
+
+def io_widget_data(N_values: Iterable[int], d_values: Iterable[int], M_values: Iterable[int],
+                   *, count_N: int = 512, count_tiles: int = 1024) -> dict[str, Any]:
+    """The IO-model widget's table, JSON-able: for each (N, d, M), keyed "N-d-M", and each of
+    "standard", "v1", "v2": ``[B_r, B_c, modelled, counted]`` in elements, with the blocks of
+    :func:`flashlib.io_model.block_sizes` (``rule="fit"``: a step fits in M).  ``counted`` is a
+    run on a :class:`CountingMemory` whose SRAM holds exactly M elements (:func:`count_io`),
+    for N <= ``count_N`` and at most ``count_tiles`` tiles (None otherwise, or when M cannot
+    hold one step, then every entry but the order's name is None).  ``floor``: 4 N d per
+    "N-d" (:func:`flashlib.io_model.minimum_traffic`)."""
+    from flashlib.io_model import minimum_traffic, traffic
+
+    N_values, d_values, M_values = list(N_values), list(d_values), list(M_values)
+    rows: dict[str, dict[str, list[int | None]]] = {}
+    floor: dict[str, int] = {}
+    for N in N_values:
+        for d in d_values:
+            floor[f"{N}-{d}"] = minimum_traffic(N, N, d)
+            standard = traffic("standard", N, N, d).total
+            counted_standard = count_io(N, d, None, "standard") if N <= count_N else None
+            for M in M_values:
+                row: dict[str, list[int | None]] = {
+                    "standard": [None, None, standard, counted_standard]}
+                for order in ORDERS:
+                    try:
+                        B_r, B_c = block_sizes(M, d, order, rule="fit")
+                    except ValueError:
+                        row[order] = [None, None, None, None]
+                        continue
+                    modelled = traffic(order, N, N, d, B_r=B_r, B_c=B_c).total
+                    tiles = -(-N // B_r) * -(-N // B_c)
+                    counted = (count_io(N, d, M, order, rule="fit")
+                               if N <= count_N and tiles <= count_tiles else None)
+                    row[order] = [B_r, B_c, modelled, counted]
+                rows[f"{N}-{d}-{M}"] = row
+    return {"N_values": N_values, "d_values": d_values, "M_values": M_values,
+            "rows": rows, "floor": floor}
 
 
 # --- parallelising the outer loop -----------------------------------------------------------

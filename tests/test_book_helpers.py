@@ -263,3 +263,14 @@ def test_backward_diagram_draws_the_five_matmuls_and_the_footprint():
     assert svg.count("<text") >= 30 and 'viewBox="0 0 360 ' in svg
     for name in ("dQ", "dK", "dV", "pass 1", "pass 2"):
         assert name in svg
+
+def test_hierarchy_diagram_states_the_cited_a100_figures():
+    from flashlib import io_model as io
+    from flashlib.book.diagrams import hierarchy_diagram
+
+    gpu = io.GPUS["A100 (1.5 TB/s)"]
+    dg = hierarchy_diagram(io.A100_HBM_BYTES, (1.5e12, 2.0e12), gpu.sram_per_sm, gpu.sms,
+                           io.A100_SRAM_BANDWIDTH)
+    for text in ("40 to 80 GB", "1.5 to 2 TB/s", "108 streaming", "192 KB", "19 TB/s"):
+        assert text in dg.alt
+    assert "<svg" in dg.svg() and dg.caption

@@ -312,3 +312,29 @@ def test_the_two_backward_schedules_trade_dQ_traffic_for_K_V_rereads():
     assert "dQ" not in two.reads and two.writes["dQ"] == N * d
     assert two.reads["K"] == (1 + T) * N * d and one.reads["K"] == N * d
     assert 0.8 < two.total / one.total < 1.2
+
+
+def test_io_widget_data_counted_runs_equal_the_model():
+    from flashlib.schedule import io_widget_data
+
+    data = io_widget_data([48, 100], [8, 16], [32, 256, 2048], count_N=64, count_tiles=64)
+    assert data["floor"]["100-16"] == 4 * 100 * 16
+    counted = 0
+    for key, row in data["rows"].items():
+        N, d, M = map(int, key.split("-"))
+        assert row["standard"][2] == io.traffic("standard", N, N, d).total
+        for order in ("v1", "v2"):
+            B_r, B_c, modelled, got = row[order]
+            if B_r is None:  # M cannot hold one step of this order
+                with pytest.raises(ValueError):
+                    io.block_sizes(M, d, order, rule="fit")
+                assert modelled is None and got is None
+                continue
+            assert (B_r, B_c) == io.block_sizes(M, d, order, rule="fit")
+            assert modelled == io.traffic(order, N, N, d, B_r=B_r, B_c=B_c).total
+            if got is not None:
+                assert N <= 64 and got == modelled
+                counted += 1
+    assert counted >= 4
+    assert data["rows"]["48-16-32"]["v1"] == [None, None, None, None]
+

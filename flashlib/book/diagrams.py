@@ -39,7 +39,7 @@ import numpy as np
 from flashlib.book.plots import OKABE_ITO, check_alt
 
 __all__ = ["Diagram", "memory_diagram", "backward_diagram", "BACKWARD_MATMULS",
-           "precision_diagram", "launch_grid_diagram", "WIDTH"]
+           "precision_diagram", "launch_grid_diagram", "hierarchy_diagram", "WIDTH"]
 
 #: Width of every diagram's viewBox, in SVG units (about pixels on a phone).
 WIDTH = 360
@@ -362,4 +362,41 @@ def launch_grid_diagram(n: int, B_r: int, B_c: int, causal: bool, program: int) 
              "O_i and L_i written once, at the end.")
     for k, line in enumerate(lines):
         dg.text(0, top + 24 + 18 * k, line, italic=k > 0)
+    return dg
+
+
+def hierarchy_diagram(hbm_bytes: tuple[float, float], hbm_bandwidth: tuple[float, float],
+                      sram_per_sm: int, sms: int, sram_bandwidth: float) -> Diagram:
+    """The memory hierarchy of the IO-model chapter (the FlashAttention paper's Section 2.1):
+    HBM of ``hbm_bytes`` (low, high) at ``hbm_bandwidth`` (low, high) bytes/s above ``sms``
+    SMs with ``sram_per_sm`` bytes of SRAM each, at ``sram_bandwidth`` bytes/s in all."""
+    total_sram = sram_per_sm * sms
+    gb = [f"{b / 1e9:g}" for b in hbm_bytes]
+    tbs = [f"{b / 1e12:g}" for b in hbm_bandwidth]
+    ratio = hbm_bytes[0] / total_sram
+    speed = [sram_bandwidth / b for b in hbm_bandwidth[::-1]]
+    alt = (f"Two memories stacked. Top: HBM, {gb[0]} to {gb[1]} GB, read and written at "
+           f"{tbs[0]} to {tbs[1]} TB/s. Bottom: the chip, {sms} streaming multiprocessors "
+           f"each with {sram_per_sm // 1024} KB of SRAM, {_size(total_sram)} in all, at about "
+           f"{sram_bandwidth / 1e12:g} TB/s. HBM is about {ratio:,.0f} times larger; SRAM "
+           f"about {speed[0]:.0f} to {speed[1]:.0f} times faster.")
+    caption = (f"The A100's memories as the FlashAttention paper gives them: HBM is "
+               f"{ratio:,.0f}× larger than all the SRAM together, SRAM {speed[0]:.0f}-"
+               f"{speed[1]:.0f}× faster.")
+    dg = Diagram(250, alt=alt, caption=caption)
+    dg.box(0, 0, 360, 70, "HBM (off chip): large, slow", fill="blue")
+    dg.text(8, 40, f"{gb[0]}-{gb[1]} GB: Q, K, V, O (and S, P")
+    dg.text(8, 58, "for standard attention)")
+    dg.arrow(110, 74, 110, 122)
+    dg.arrow(130, 122, 130, 74)
+    dg.text(142, 103, f"read, write: {tbs[0]}-{tbs[1]} TB/s", italic=True)
+    dg.box(0, 126, 360, 124, f"GPU chip: {sms} SMs", fill="orange")
+    for k, name in enumerate(("SM 1", "SM 2", "SM 3")):
+        dg.chip(8 + 66 * k, 150, name, f"{sram_per_sm // 1024} KB", w=60, h=36,
+                fill="orange")
+    dg.text(208, 173, "...")
+    dg.chip(230, 150, f"SM {sms}", f"{sram_per_sm // 1024} KB", w=60, h=36, fill="orange")
+    dg.text(8, 212, f"SRAM: {_size(total_sram)} in all, about "
+                    f"{sram_bandwidth / 1e12:g} TB/s")
+    dg.text(8, 234, "the blocks Q_i, K_j, V_j and the tile S_ij")
     return dg
