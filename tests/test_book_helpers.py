@@ -274,3 +274,28 @@ def test_hierarchy_diagram_states_the_cited_a100_figures():
     for text in ("40 to 80 GB", "1.5 to 2 TB/s", "108 streaming", "192 KB", "19 TB/s"):
         assert text in dg.alt
     assert "<svg" in dg.svg() and dg.caption
+
+def test_source_diff_shows_only_changed_lines_without_docstrings():
+    from flashlib.book.diffs import source_diff
+    from flashlib.ladder import rung6_stale_max, rung7_kt_tiles
+
+    diff = source_diff(rung6_stale_max, rung7_kt_tiles)
+    text = diff.text()
+    assert text.startswith("--- rung6_stale_max\n+++ rung7_kt_tiles")
+    assert "transposed_tiles" in text and '"""' not in text
+    assert diff.added and diff.removed
+    assert diff._repr_markdown_().startswith("```diff\n")
+    with pytest.raises(TypeError, match="old, new"):
+        source_diff(1, rung7_kt_tiles)
+    with pytest.raises(ValueError, match="context"):
+        source_diff(rung6_stale_max, rung7_kt_tiles, context=-1)
+
+
+def test_chapter_diagrams_render_with_alt_and_caption():
+    from flashlib.book.diagrams import ladder_diagram, merge_diagram, softmax_passes_diagram
+
+    for dg in (softmax_passes_diagram(4096, 4), merge_diagram(256, 64), merge_diagram(100, 64),
+               ladder_diagram(64, 128, 64, 64)):
+        html = dg._repr_html_()
+        assert html.startswith('<figure class="flashlib-diagram"><svg') and "aria-label" in html
+        assert "<figcaption" in html

@@ -144,6 +144,13 @@ def test_check_pv_and_rowsum():
     assert not swapped.passed
     raising = check_pv_and_rowsum(lambda p, v: 1 / 0)
     assert "ZeroDivisionError" in str(raising)
+    # right values, but not from one matmul: a separate sum, or a second product
+    two_passes = check_pv_and_rowsum(lambda p, v: (p @ v, p.sum(-1)))
+    assert not two_passes.passed and "sum over p" in str(two_passes)
+    assert "sum over p" in str(check_pv_and_rowsum(lambda p, v: (p @ v, np.sum(p, axis=-1))))
+    two_products = check_pv_and_rowsum(
+        lambda p, v: (p @ v, (p @ np.ones((p.shape[-1], 1)))[..., 0]))
+    assert not two_products.passed and "2 matrix products" in str(two_products)
 
 
 def test_check_needs_rescale():

@@ -38,8 +38,9 @@ import numpy as np
 
 from flashlib.book.plots import OKABE_ITO, check_alt
 
-__all__ = ["Diagram", "memory_diagram", "backward_diagram", "BACKWARD_MATMULS",
-           "precision_diagram", "launch_grid_diagram", "hierarchy_diagram", "WIDTH"]
+__all__ = ["Diagram", "memory_diagram", "softmax_passes_diagram", "merge_diagram",
+           "ladder_diagram", "backward_diagram", "BACKWARD_MATMULS", "precision_diagram",
+           "launch_grid_diagram", "hierarchy_diagram", "WIDTH"]
 
 #: Width of every diagram's viewBox, in SVG units (about pixels on a phone).
 WIDTH = 360
@@ -399,4 +400,94 @@ def hierarchy_diagram(hbm_bytes: tuple[float, float], hbm_bandwidth: tuple[float
     dg.text(8, 212, f"SRAM: {_size(total_sram)} in all, about "
                     f"{sram_bandwidth / 1e12:g} TB/s")
     dg.text(8, 234, "the blocks Q_i, K_j, V_j and the tile S_ij")
+    return dg
+
+
+def softmax_passes_diagram(n: int, itemsize: int) -> Diagram:
+    """The safe softmax of one row of ``n`` scores of ``itemsize`` bytes: three passes over the
+    row in memory (the maximum m, the sum l, then the probabilities p), and the two numbers the
+    chip keeps between them."""
+    row = _size(n * itemsize)
+    alt = (f"A row x of n = {n} scores ({row}) lives in memory. Pass 1 reads all of it to find "
+           "the maximum m; pass 2 reads all of it again to sum exp(x - m) into l; pass 3 reads "
+           "it a third time and writes the probabilities p = exp(x - m) / l. Only m and l stay "
+           "on the chip between the passes.")
+    caption = (f"The safe softmax reads a row of n = {n} scores ({row}) three times; the chip "
+               "keeps only m and l between the passes.")
+    dg = Diagram(196, alt=alt, caption=caption)
+    dg.box(0, 0, 170, 170, "memory (large, slow)", fill="blue")
+    dg.box(250, 0, 110, 170, "chip (fast)", fill="orange")
+    dg.chip(10, 30, "x", f"n scores, {row}", w=150, h=36, fill="vermillion")
+    dg.chip(10, 120, "p", f"n probabilities, {row}", w=150, h=36, fill="vermillion")
+    dg.chip(270, 36, "m", "max", w=70, h=36)
+    dg.chip(270, 84, "l", "sum", w=70, h=36)
+    dg.arrow(162, 54, 268, 54, "1: max of x", label_y=48)
+    dg.arrow(162, 98, 268, 98, "2: sum e^(x-m)", label_y=92)
+    dg.arrow(268, 142, 162, 142, "3: e^(x-m) / l", label_y=136)
+    dg.text(0, 190, "three reads of x, one write of p", italic=True)
+    return dg
+
+
+def merge_diagram(n_k: int, block: int) -> Diagram:
+    """One query row's ``n_k`` keys cut into blocks of ``block``: each block's state (m, l, acc)
+    is computed alone, and states merge pairwise, in any order or tree, into the state of all
+    the keys, from which o = acc / l."""
+    count = -(-n_k // block)
+    shown = min(count, 4)
+    alt = (f"A row of {n_k} scores and values cut into {count} blocks of {block} keys. Each "
+           "block gives its own state: its maximum m, its sum l of exp(s - m) and its "
+           "unnormalised output acc. Two states merge into the state of both blocks by "
+           "rescaling each to the larger maximum; merging all of them, in any order, gives the "
+           "state of the whole row, and the output o = acc / l.")
+    caption = (f"{n_k} keys in {count} blocks of {block}: each block's state (m, l, acc) is "
+               "computed alone; merges combine them, in any order, into the whole row's.")
+    dg = Diagram(236, alt=alt, caption=caption)
+    dg.text(0, 14, "one query row: scores s and values v, by blocks", bold=True)
+    width = 360 / shown
+    for b in range(shown):
+        x = b * width
+        name = f"block {b + 1}" if b < shown - 1 or count == shown else f"... {count}"
+        dg.chip(x + 4, 24, name, f"{block} keys", w=width - 8, h=36, fill="sky_blue")
+        dg.arrow(x + width / 2, 62, x + width / 2, 86)
+        dg.chip(x + 4, 88, "m, l, acc", w=width - 8, h=28, fill="yellow")
+    for pair in range(shown // 2):
+        x = pair * 2 * width
+        dg.arrow(x + width / 2, 118, x + width - 4, 146)
+        dg.arrow(x + 1.5 * width, 118, x + width + 4, 146)
+        dg.chip(x + width / 2, 148, "merge", w=width, h=26, fill="orange")
+        dg.arrow(x + width, 176, 180 + (pair - 0.5) * 40, 194)
+    dg.chip(100, 196, "m, l, acc: all keys", w=160, h=26, fill="bluish_green")
+    dg.text(268, 214, "o = acc / l")
+    return dg
+
+
+def ladder_diagram(d: int, B_r: int, B_c: int, d_v: int) -> Diagram:
+    """Where the optimisation ladder puts the work of one tile: the stale maximum rides in the
+    first matmul ([Q_i, -m_i] [K_j^T; 1] = S_ij - m_i), one exp2 stays outside, and the row sum
+    rides in the second (P_ij [V_j | 1] = [P_ij V_j | l])."""
+    alt = (f"One tile of the fast rungs. First matmul: the query block with an extra column "
+           f"holding minus the running maximum ({B_r} by {d + 1}) times the key block, "
+           f"transposed, with an extra row of ones ({d + 1} by {B_c}), gives the scores minus "
+           f"the maximum ({B_r} by {B_c}). Then exp2, the only work outside the matmuls. Second "
+           f"matmul: the probabilities times the value block with an extra column of ones "
+           f"({B_c} by {d_v + 1}) gives P V and the row sums l together.")
+    caption = (f"One tile at d = {d}, B_r = {B_r}, B_c = {B_c}: both matmuls carry an extra "
+               "row or column, so only exp2 is left outside them.")
+    dg = Diagram(214, alt=alt, caption=caption)
+    dg.text(0, 14, "1. scores, maximum subtracted, in one matmul", bold=True)
+    dg.chip(0, 24, "[Q_i, -m_i]", f"{B_r}×{d + 1}", w=100, h=36, fill="sky_blue")
+    dg.text(108, 46, "×")
+    dg.chip(122, 24, "[K_j^T; 1]", f"{d + 1}×{B_c}", w=100, h=36, fill="blue")
+    dg.text(230, 46, "=")
+    dg.chip(246, 24, "S_ij - m_i", f"{B_r}×{B_c}", w=114, h=36, fill="orange")
+    dg.text(0, 88, "2. the one pass left outside the matmuls", bold=True)
+    dg.chip(246, 96, "exp2 in place", w=114, h=28, fill="vermillion")
+    dg.arrow(303, 62, 303, 94)
+    dg.text(0, 150, "3. P V and the row sums l in one matmul", bold=True)
+    dg.chip(0, 160, "P_ij", f"{B_r}×{B_c}", w=80, h=36, fill="orange")
+    dg.text(88, 182, "×")
+    dg.chip(102, 160, "[V_j | 1]", f"{B_c}×{d_v + 1}", w=100, h=36, fill="bluish_green")
+    dg.text(210, 182, "=")
+    dg.chip(226, 160, "[P_ij V_j | l]", f"{B_r}×{d_v + 1}", w=134, h=36, fill="yellow")
+    dg.arrow(303, 126, 40, 158)
     return dg

@@ -71,11 +71,44 @@ def check_scores_base2(
                     fb.ok(f"{name}: exp2 of your scores equals exp(scale q k^T)")
 
 
+class _Counted(np.ndarray):
+    """An array that records the products and reductions numpy computes from it, so that a
+    checker can tell one matmul with [V | 1] from ``p @ v`` plus ``p.sum(-1)``."""
+
+    log: list[str]
+
+    def __array_finalize__(self, obj: Any) -> None:  # views and copies share the log
+        self.log = getattr(obj, "log", [])
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        if ufunc is np.matmul:
+            self.log.append("product")
+        elif method == "reduce" and ufunc is np.add:
+            self.log.append("sum")
+        plain = [np.asarray(x) if isinstance(x, _Counted) else x for x in inputs]
+        if "out" in kwargs:
+            kwargs["out"] = tuple(np.asarray(x) if isinstance(x, _Counted) else x
+                                  for x in kwargs["out"])
+        return getattr(ufunc, method)(*plain, **kwargs)
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        if func in (np.dot, np.einsum, np.tensordot, np.inner, np.vdot):
+            self.log.append("product")
+        return super().__array_function__(func, types, args, kwargs)
+
+
+def _counted(x: np.ndarray, log: list[str]) -> _Counted:
+    out = x.copy().view(_Counted)
+    out.log = log
+    return out
+
+
 @checker("row sum in the matmul")
 def check_pv_and_rowsum(
     fb: Feedback, fn: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
 ) -> None:
-    """``fn(p, v)`` -> ``(p @ v, p.sum(-1))`` from one matmul of p with [V | 1]."""
+    """``fn(p, v)`` -> ``(p @ v, p.sum(-1))`` from one matmul of p with [V | 1], and no sum
+    over p's rows (the products and sums numpy computes from ``p`` are counted)."""
     rng = np.random.default_rng(1)
     cases = [("p (4, 6), v (6, 3)", rng.random((4, 6)), rng.standard_normal((6, 3))),
              ("p (1, 1), v (1, 5)", rng.random((1, 1)), rng.standard_normal((1, 5))),
@@ -86,13 +119,15 @@ def check_pv_and_rowsum(
               rng.standard_normal((5, 2)))]
     for name, p, v in cases:
         with fb.case(name):
-            got = _call(fn, p.copy(), v.copy())
+            log: list[str] = []
+            got = _call(fn, _counted(p, log), v.copy())
             try:
                 pv, rowsum = got
             except (TypeError, ValueError):
                 fb.fail(f"{name}: return a pair (pv, rowsum), got {type(got).__name__}")
                 continue
             pv, rowsum = np.asarray(pv), np.asarray(rowsum)
+            products, sums = log.count("product"), log.count("sum")
             if pv.shape != p.shape[:-1] + v.shape[-1:]:
                 fb.fail(f"{name}: pv has shape {pv.shape}, expected "
                         f"{p.shape[:-1] + v.shape[-1:]}: drop the ones column from the "
@@ -106,8 +141,15 @@ def check_pv_and_rowsum(
             elif not np.allclose(rowsum, p.sum(axis=-1), atol=1e-12):
                 fb.fail(f"{name}: rowsum differs from p.sum(-1): the extra column of v must "
                         "be all ones")
+            elif sums:
+                fb.fail(f"{name}: right values, but the row sums come from a sum over p "
+                        "(a second pass over the tile); the exercise asks for them from the "
+                        "same matmul as p @ v")
+            elif products != 1:
+                fb.fail(f"{name}: right values from {products} matrix products of p; the "
+                        "exercise asks for exactly one")
             else:
-                fb.ok(f"{name}: pv and rowsum correct")
+                fb.ok(f"{name}: pv and rowsum correct, from one matmul")
 
 
 @checker("when to rescale")

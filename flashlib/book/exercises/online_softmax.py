@@ -247,7 +247,7 @@ def check_empty_partial(fb: Feedback, fn: Callable[[int, int], Any]) -> None:
 
 
 def merge_forgetting_acc_rescale(a: PartialAttention, b: PartialAttention) -> PartialAttention:
-    """A BUGGY merge for the find-the-bug exercise: ``l`` is rescaled, ``acc`` is not."""
+    """Merge two partial states (m, l, acc) over disjoint keys (the find-the-bug exercise)."""
     m = np.maximum(a.m, b.m)
     alpha, beta = np.exp(a.m - m), np.exp(b.m - m)
     return PartialAttention(m, a.l * alpha + b.l * beta, a.acc + b.acc)

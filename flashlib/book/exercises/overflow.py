@@ -123,38 +123,50 @@ def check_overflow_threshold(fb: Feedback, answer: float | Callable[[Any], float
 
 @checker("memory of S")
 def check_score_bytes(fb: Feedback, fn: Callable[[int, Any], int]) -> None:
-    """Check ``score_bytes(n, dtype)``: bytes of one (n, n) score matrix ``S`` in ``dtype``."""
+    """Check ``score_bytes(n, dtype)``: bytes of one (n, n) score matrix ``S`` in ``dtype``.
+
+    A wrong answer is diagnosed by the formula it matches on *every* case it answered (a
+    fixed 4 bytes per element equals "S and P together" for float16 alone, and is right for
+    float32), else by the one formula that matches this case alone."""
     cases = [(1, "float32"), (1024, "float32"), (1024, np.float16), (3000, np.float64),
              (16384, "float32"), (1000, np.dtype(np.float16))]
+    wrong: dict[str, Callable[[int, int], int]] = {
+        "that is the number of elements; multiply by the itemsize "
+        "(np.dtype(dtype).itemsize)": lambda n, item: n * n,
+        "that assumes 4 bytes per element whatever the dtype; use np.dtype(dtype).itemsize":
+            lambda n, item: n * n * 4,
+        "that is one row; S is n x n": lambda n, item: n * item,
+        "that is in bits; the question asks for bytes": lambda n, item: 8 * n * n * item,
+        "that is S and P together (two matrices); count one n x n matrix":
+            lambda n, item: 2 * n * n * item,
+    }
+    answers: dict[tuple[int, Any], int] = {}
     for n, dt in cases:
         label = f"n = {n}, dtype = {np.dtype(dt)}"
         with fb.case(label, hint="(dtype may be a string, a type or a np.dtype: "
                                  "np.dtype(dtype).itemsize handles all three)"):
             got, _ = call_learner(fn, n, dt)
-            item = np.dtype(dt).itemsize
-            want = n * n * item
             try:
-                got_i = int(got)
-            except (TypeError, ValueError):
-                fb.fail(f"{label}: expected a number of bytes, got {got!r}")
-                continue
-            if got_i == want and float(got) == want:
-                fb.ok(f"{label}: {want:,} bytes")
-            elif got_i == n * n:
-                fb.fail(f"{label}: {got_i:,} is the number of elements; multiply by the "
-                        f"itemsize ({item} bytes for {np.dtype(dt)})")
-            elif got_i == n * item:
-                fb.fail(f"{label}: {got_i:,} is one row; S is n x n")
-            elif got_i == 8 * want:
-                fb.fail(f"{label}: {got_i:,} is in bits; the question asks for bytes")
-            elif got_i == 2 * want:
-                fb.fail(f"{label}: {got_i:,} is S and P together (or twice the itemsize); "
-                        "count one n x n matrix")
-            elif got_i * item == want * 4 or got_i == n * n * 4:
-                fb.fail(f"{label}: {got_i:,} assumes 4 bytes per element; {np.dtype(dt)} "
-                        f"uses {item}")
-            else:
-                fb.fail(f"{label}: got {got_i:,}, expected {want:,} = n * n * {item}")
+                answers[n, dt] = int(got)
+                if answers[n, dt] != float(got):
+                    raise ValueError
+            except (TypeError, ValueError, OverflowError):
+                answers.pop((n, dt), None)
+                fb.fail(f"{label}: expected a whole number of bytes, got {got!r}")
+    item_of = {key: np.dtype(key[1]).itemsize for key in answers}
+    everywhere = [name for name, formula in wrong.items()
+                  if answers and all(formula(n, item_of[n, dt]) == got
+                                     for (n, dt), got in answers.items())]
+    for (n, dt), got in answers.items():
+        label, item = f"n = {n}, dtype = {np.dtype(dt)}", item_of[n, dt]
+        want = n * n * item
+        if got == want:
+            fb.ok(f"{label}: {want:,} bytes")
+            continue
+        here = [name for name, formula in wrong.items() if formula(n, item) == got]
+        reason = (everywhere[0] if everywhere else here[0] if len(here) == 1
+                  else f"expected n * n * {item}")
+        fb.fail(f"{label}: got {got:,}, expected {want:,}: {reason}")
 
 
 @checker("scale without promotion")
