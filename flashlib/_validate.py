@@ -379,6 +379,8 @@ def check_backward_problem(
     scale: object = None,
     blocks: tuple[object, object] | None = None,
     score_matrices: int = 0,
+    window: object = None,
+    key_lengths: object = None,
 ) -> tuple[Problem, np.ndarray, np.ndarray | None, np.ndarray | None]:
     """Validate a backward call: the forward problem plus ``do`` (and ``o``, ``lse`` when given).
 
@@ -387,7 +389,7 @@ def check_backward_problem(
     flattened like the problem's: (B, n_q, d_v) and (B, n_q).
     """
     p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale, blocks=blocks,
-                      score_matrices=score_matrices)
+                      score_matrices=score_matrices, window=window, key_lengths=key_lengths)
     b, n_q, d_v = p.q.shape[0], p.n_q, p.v.shape[-1]
     shape = p.batch_shape + (n_q, d_v)
     out: list[np.ndarray | None] = []

@@ -145,6 +145,8 @@ def naive_attention_backward(
     causal: bool | str = False,
     mask: np.ndarray | None = None,
     scale: float | None = None,
+    window: tuple[int | None, int | None] | None = None,
+    key_lengths: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients (dq, dk, dv) of ``sum(do * naive_attention(q, k, v))``, storing P.
 
@@ -154,7 +156,8 @@ def naive_attention_backward(
     Holds two (n_q, n_k) matrices per head, P and dP (overwritten by dS).
     """
     p, do, _, _ = check_backward_problem(q, k, v, do, causal=causal, mask=mask, scale=scale,
-                                         score_matrices=2)
+                                         score_matrices=2, window=window,
+                                         key_lengths=key_lengths)
     with np.errstate(over="ignore", invalid="ignore"):
         probs, _ = _probabilities(p)
         dtype = probs.dtype

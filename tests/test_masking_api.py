@@ -149,3 +149,28 @@ def test_bad_window_and_lengths(kw, err, match):
     for fn in (flash_attention, naive_attention):
         with pytest.raises(err, match=match):
             fn(q, q, q, **kw)
+
+
+@pytest.mark.parametrize("n_q, n_k", [(1, 9), (9, 1), (17, 17), (13, 29), (29, 13)])
+@pytest.mark.parametrize("causal, window", [(False, (3, 2)), (True, (4, None)),
+                                            ("bottom_right", (5, 0)), (False, None)])
+def test_backward_window_and_padding(n_q, n_k, causal, window):
+    """flash_attention_backward and naive_attention_backward with window= and key_lengths=
+    against naive_attention_backward with the dense mask (rows that see no key: zero)."""
+    from flashlib import flash_attention_backward, naive_attention_backward
+
+    rng = np.random.default_rng(3)
+    lengths = np.array([n_k, max(n_k - 4, 0)])
+    q, k, v = _qkv(rng, 2, n_q, n_k)
+    do = rng.standard_normal((2, n_q, 5))
+    mask = _dense(n_q, n_k, causal, window, lengths)
+    want = naive_attention_backward(q, k, v, do, mask=mask)
+    kw = dict(causal=causal, window=window, key_lengths=lengths)
+    for got in (naive_attention_backward(q, k, v, do, **kw),):
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, atol=1e-12)
+    o, lse = flash_attention(q, k, v, return_lse=True, **kw)
+    for b_r, b_c in [(4, 4), (3, 8), (64, 64)]:
+        got = flash_attention_backward(q, k, v, o, lse, do, block_q=b_r, block_k=b_c, **kw)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, atol=1e-11)
