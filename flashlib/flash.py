@@ -216,10 +216,12 @@ def _hidden(
     broadcastable to (G, i1 - i0, j1 - j0) for the group ``heads``; None when none is hidden."""
     hidden = None
     if straddles:
-        rel = np.arange(j0, j1)[None, :] - np.arange(i0, i1)[:, None]  # j - i
-        hidden = rel > offset if offset is not None else np.zeros(rel.shape, dtype=bool)
+        keys, rows = np.arange(j0, j1)[None, :], np.arange(i0, i1)[:, None]
+        # booleans only: no (B_r, B_c) array of integers
+        hidden = keys > rows + offset if offset is not None else np.zeros(
+            (i1 - i0, j1 - j0), dtype=bool)
         if lo is not None:
-            hidden |= rel < lo
+            hidden |= keys < rows + lo
     if lengths is not None and j1 > lengths.min():
         padded = np.arange(j0, j1)[None, None, :] >= lengths[:, None, None]  # (G, 1, B_c)
         hidden = padded if hidden is None else hidden | padded

@@ -76,13 +76,11 @@ def visible_keys(
     path uses it.
     """
     visible = mask
-    if offset is not None or lo is not None:
-        rel = np.arange(n_k)[None, :] - np.arange(n_q)[:, None]  # j - i
-        inside = np.ones((n_q, n_k), dtype=bool)
-        if offset is not None:
-            inside &= rel <= offset
-        if lo is not None:
-            inside &= rel >= lo
+    if offset is not None:  # booleans only: no (n_q, n_k) array of integers
+        tri = _diagonal(0, n_q, 0, n_k, offset)
+        visible = tri if visible is None else visible & tri
+    if lo is not None:
+        inside = np.arange(n_k)[None, :] >= np.arange(n_q)[:, None] + lo
         visible = inside if visible is None else visible & inside
     if key_lengths is not None:
         real = np.arange(n_k) < key_lengths  # batch_shape + (1, n_k)
