@@ -27,7 +27,10 @@ class Problem(NamedTuple):
 
     q: (B, n_q, d)   k: (B, n_k, d)   v: (B, n_k, d_v)   with B = prod(batch_shape)
     mask: None, or a boolean view broadcast to batch_shape + (n_q, n_k) (no copy is made)
-    offset: None (not causal) or the causal diagonal: row i sees keys j <= i + offset
+    offset: None (not causal) or the causal diagonal: row i sees keys j <= i + offset (with a
+    sliding window, the window's right edge if lower)
+    lo: None, or the sliding window's left edge: row i sees keys j >= i + lo
+    key_lengths: None, or (B,) ints: sequence b sees keys j < key_lengths[b] (key padding)
     scale: the softmax scale as a scalar of the compute dtype (float32 for float16 inputs)
     block_q, block_k: the tile sizes B_r and B_c (None for the untiled naive functions)
     """
@@ -42,6 +45,8 @@ class Problem(NamedTuple):
     offset: int | None
     block_q: int | None = None
     block_k: int | None = None
+    lo: int | None = None  # sliding window: row i sees keys j >= i + lo (None: no bound)
+    key_lengths: np.ndarray | None = None  # (B,) key padding: sequence b sees keys j < len[b]
 
     @property
     def n_q(self) -> int:
@@ -161,6 +166,56 @@ def causal_offset(causal: object, n_q: int, n_k: int) -> int | None:
     )
 
 
+def check_window(window: object) -> tuple[int | None, int | None] | None:
+    """A sliding window ``(left, right)``: each a non-negative integer or None (no bound)."""
+    if window is None:
+        return None
+    if not isinstance(window, (tuple, list)) or len(window) != 2:
+        raise TypeError(f"window must be None or a pair (left, right) of non-negative integers "
+                        f"or None, got {window!r}")
+    left, right = (None if w is None else check_int(w, f"window[{a}]", minimum=0)
+                   for a, w in enumerate(window))
+    return left, right
+
+
+def band_bounds(causal: object, window: object, n_q: int,
+                n_k: int) -> tuple[int | None, int | None]:
+    """(lo, hi): row i sees keys i + lo <= j <= i + hi (None: no bound), the causal mask AND
+    the sliding window ``(left, right)``, bottom-right aligned as flash-attn's ``window_size``:
+    lo = n_k - n_q - left, hi = min(causal offset, n_k - n_q + right)."""
+    hi = causal_offset(causal, n_q, n_k)
+    checked = check_window(window)
+    if checked is None:
+        return None, hi
+    left, right = checked
+    diagonal = n_k - n_q
+    lo = None if left is None else diagonal - left
+    if right is not None:
+        hi = diagonal + right if hi is None else min(hi, diagonal + right)
+    return lo, hi
+
+
+def check_key_lengths(key_lengths: object, batch_shape: tuple[int, ...],
+                      n_k: int) -> np.ndarray | None:
+    """Per-sequence key lengths (key padding: row i of sequence b sees keys j < length[b]),
+    integers in [0, n_k] broadcastable to ``batch_shape``, as a flat (B,) int64 array."""
+    if key_lengths is None:
+        return None
+    arr = np.asarray(key_lengths)
+    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"key_lengths must be integers (the real keys of each sequence), got "
+                        f"dtype {arr.dtype}")
+    try:
+        arr = np.broadcast_to(arr, batch_shape)
+    except ValueError:
+        raise ValueError(f"key_lengths must be broadcastable to the batch shape {batch_shape} "
+                         f"of q, got shape {arr.shape}") from None
+    if arr.size and (arr.min() < 0 or arr.max() > n_k):
+        raise ValueError(f"key_lengths must lie in [0, n_k = {n_k}], got values from "
+                         f"{arr.min()} to {arr.max()}")
+    return arr.reshape(-1).astype(np.int64)
+
+
 def check_mask(mask: object, target: tuple[int, ...]) -> np.ndarray | None:
     """A boolean mask broadcast (as a view) to ``target = batch_shape + (n_q, n_k)``."""
     if mask is None:
@@ -230,6 +285,8 @@ def check_problem(
     scale: object = None,
     blocks: tuple[object, object] | None = None,
     score_matrices: int = 0,
+    window: object = None,
+    key_lengths: object = None,
 ) -> Problem:
     """Validate ``q: (..., n_q, d)``, ``k: (..., n_k, d)``, ``v: (..., n_k, d_v)`` and options.
 
@@ -271,13 +328,15 @@ def check_problem(
     n_k, d_v = v.shape[-2:]
     b = math.prod(batch_shape)
     checked_mask = check_mask(mask, batch_shape + (n_q, n_k))
-    offset = causal_offset(causal, n_q, n_k)
+    lo, offset = band_bounds(causal, window, n_q, n_k)
+    lengths = check_key_lengths(key_lengths, batch_shape, n_k)
     checked_scale = check_scale(scale, d, q.dtype)
     if blocks is not None:
         blocks = (check_block(blocks[0], "block_q"), check_block(blocks[1], "block_k"))
     if score_matrices:
         per_score = score_matrices * compute_dtype(q.dtype).itemsize
-        if checked_mask is not None or offset is not None:
+        if checked_mask is not None or offset is not None or lo is not None or (
+                lengths is not None):
             per_score += 1  # the boolean visibility matrix
         check_fits_in_memory(b * n_q * n_k * per_score,
                              f"{score_matrices} score matrices of {batch_shape + (n_q, n_k)}")
@@ -292,6 +351,8 @@ def check_problem(
         offset=offset,
         block_q=None if blocks is None else blocks[0],
         block_k=None if blocks is None else blocks[1],
+        lo=lo,
+        key_lengths=lengths,
     )
 
 
@@ -318,6 +379,8 @@ def check_backward_problem(
     scale: object = None,
     blocks: tuple[object, object] | None = None,
     score_matrices: int = 0,
+    window: object = None,
+    key_lengths: object = None,
 ) -> tuple[Problem, np.ndarray, np.ndarray | None, np.ndarray | None]:
     """Validate a backward call: the forward problem plus ``do`` (and ``o``, ``lse`` when given).
 
@@ -326,7 +389,7 @@ def check_backward_problem(
     flattened like the problem's: (B, n_q, d_v) and (B, n_q).
     """
     p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale, blocks=blocks,
-                      score_matrices=score_matrices)
+                      score_matrices=score_matrices, window=window, key_lengths=key_lengths)
     b, n_q, d_v = p.q.shape[0], p.n_q, p.v.shape[-1]
     shape = p.batch_shape + (n_q, d_v)
     out: list[np.ndarray | None] = []

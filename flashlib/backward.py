@@ -43,7 +43,7 @@ from flashlib._validate import (
 from flashlib.constants import BLOCK_K, BLOCK_Q, LOG2E, compute_dtype
 from flashlib.flash import TILE_BYTES, _exp_floor, _hidden, _max_row_norm, _slow_below
 from flashlib.hbm import PLAIN, Memory
-from flashlib.masks import straddles_diagonal
+from flashlib.masks import band_hides
 
 __all__ = ["flash2_backward", "two_pass_backward", "flash_attention_backward"]
 
@@ -141,6 +141,8 @@ def flash_attention_backward(
     causal: bool | str = False,
     mask: np.ndarray | None = None,
     scale: float | None = None,
+    window: tuple[int | None, int | None] | None = None,
+    key_lengths: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients (dq, dk, dv) of ``sum(do * o)`` where ``o, lse = flash_attention(...,
     return_lse=True)``, recomputing P tile by tile; P is never stored or passed in.
@@ -157,7 +159,7 @@ def flash_attention_backward(
     """
     p, do, o, lse = check_backward_problem(
         q, k, v, do, o=o, lse=lse, causal=causal, mask=mask, scale=scale,
-        blocks=(block_q, block_k))
+        blocks=(block_q, block_k), window=window, key_lengths=key_lengths)
     with np.errstate(over="ignore", invalid="ignore"):
         grads = _backward(p, o, lse, do)
         if not results_are_finite(*grads):  # rare: base-2 scores overflow, see flash_attention
@@ -183,6 +185,7 @@ def _backward_key_block(
     vt: np.ndarray, k_j: np.ndarray, dq: np.ndarray, dk_j: np.ndarray, dv_j: np.ndarray,
     j0: int, block_q: int, offset: int | None, mask: np.ndarray | None, heads: slice,
     buf: _BackwardTiles, floor: np.floating | None, exp: np.ufunc = np.exp2,
+    lo: int | None = None, lengths: np.ndarray | None = None,
 ) -> None:
     """dK_j and dV_j of one key block (G heads), adding its share of dQ into ``dq``.
 
@@ -195,15 +198,18 @@ def _backward_key_block(
     dq and dk_j without the softmax scale.  floor: where a tile's S - lse falls below it,
     clamp at it and subtract exp(floor) after the exponential, so that what would have been
     subnormal (slow) is exactly 0 and P keeps an absolute error below exp(floor), 2**-63 in
-    float32 (None: no clamping).
+    float32 (None: no clamping).  lo: the sliding window's left edge (row i sees keys
+    j >= i + lo: query blocks past the last row that sees key j1 - 1 are skipped); lengths:
+    (G,) key padding of the group, or None.
     """
     n_b, n_q, d = q_aug.shape[0], q_aug.shape[1], q_aug.shape[2] - 1
     w, d_v = kt.shape[-1], vt.shape[-2] - 1
     j1 = j0 + w
-    for i0 in range(_first_query_block(j0, offset, block_q), n_q, block_q):
+    last_row = n_q if lo is None else max(0, min(n_q, j1 - lo))  # rows i <= j1 - 1 - lo
+    for i0 in range(_first_query_block(j0, offset, block_q), last_row, block_q):
         i1 = min(i0 + block_q, n_q)
-        hidden = _hidden(i0, i1, j0, j1, straddles_diagonal(i0, j1, offset), offset, mask,
-                         heads)
+        hidden = _hidden(i0, i1, j0, j1, band_hides(i0, i1, j0, j1, lo, offset), offset, mask,
+                         heads, lo, lengths)
         if hidden is not None and hidden.all():
             continue
         s, dp = buf.s[:n_b, : i1 - i0, :w], buf.dp[:n_b, : i1 - i0, :w]
@@ -324,7 +330,8 @@ def _backward(
             _backward_key_block(
                 q_aug[g], do_aug[g], q[g], do[g], kt, vt, k[g, j0:j1],
                 dq_parts[part][g], dk_j, dv_j, j0, block_q, p.offset, p.mask, g, buf,
-                floor if clamp else None, exp)
+                floor if clamp else None, exp, p.lo,
+                None if p.key_lengths is None else p.key_lengths[g])
 
     _threads.run_items(work, items, workers, setup)
     for extra in dq_parts[1:]:

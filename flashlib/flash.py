@@ -58,7 +58,7 @@ from flashlib._validate import (
 )
 from flashlib.constants import BLOCK_K, BLOCK_Q, LN2, LOG2E, compute_dtype
 from flashlib.hbm import PLAIN, Memory
-from flashlib.masks import key_stop, straddles_diagonal
+from flashlib.masks import band_hides, key_range, key_stop
 
 __all__ = [
     "flash2_forward", "flash_attention", "workspace_bytes", "transposed_tiles", "STALE_LIMIT",
@@ -207,14 +207,24 @@ def _exp_floor(dtype: np.dtype, exp: np.ufunc) -> np.floating:
 
 def _hidden(
     i0: int, i1: int, j0: int, j1: int, straddles: bool, offset: int | None,
-    mask: np.ndarray | None, heads: slice,
+    mask: np.ndarray | None, heads: slice, lo: int | None = None,
+    lengths: np.ndarray | None = None,
 ) -> np.ndarray | None:
     """The entries of the tile rows [i0, i1) x keys [j0, j1) that may not be seen: the causal
-    diagonal's (when it ``straddles`` the tile) or the explicit mask's, as a boolean array
+    diagonal's and the window's left edge ``lo`` (when the band ``straddles`` the tile), the key
+    padding's (``lengths`` (G,) of the group) or the explicit mask's, as a boolean array
     broadcastable to (G, i1 - i0, j1 - j0) for the group ``heads``; None when none is hidden."""
     hidden = None
     if straddles:
-        hidden = np.arange(j0, j1)[None, :] > np.arange(i0, i1)[:, None] + offset
+        keys, rows = np.arange(j0, j1)[None, :], np.arange(i0, i1)[:, None]
+        # booleans only: no (B_r, B_c) array of integers
+        hidden = keys > rows + offset if offset is not None else np.zeros(
+            (i1 - i0, j1 - j0), dtype=bool)
+        if lo is not None:
+            hidden |= keys < rows + lo
+    if lengths is not None and j1 > lengths.min():
+        padded = np.arange(j0, j1)[None, None, :] >= lengths[:, None, None]  # (G, 1, B_c)
+        hidden = padded if hidden is None else hidden | padded
     if mask is not None:
         block = mask[..., i0:i1, j0:j1]
         if not block.all():
@@ -237,6 +247,8 @@ def _forward_row_block(
     exp: np.ufunc,
     clamp: bool,
     v_bound: float,
+    lo: int | None = None,
+    lengths: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One query block of a group of G heads against all the key blocks it may see.
 
@@ -247,6 +259,8 @@ def _forward_row_block(
     all of them (for an explicit mask).  buf: this worker's tile buffers.
     clamp: whether scores may fall below the floor of ``exp`` (then tiles whose minimum does
     are clamped to it).  v_bound: max |v|, to tell when the accumulator could overflow.
+    lo: the sliding window's left edge (row i sees keys j >= i + lo); lengths: (G,) key
+    padding of the group (sequence g sees keys j < lengths[g]), or None.
     Returns the unnormalised accumulator acc (G, B_r, d_v), l_i and m_i (G, B_r), m_i in the
     units of ``exp`` (base 2 by default).
     """
@@ -264,17 +278,20 @@ def _forward_row_block(
     l_tile = rows[..., 0]  # one tile's row sums
     stale_ok = False  # True once every m_i is finite: then -m_i may ride in the matmul
 
-    # the key blocks before key_stop: after it, the causal mask hides every key from every row
-    for t, j0 in enumerate(range(0, key_stop(i0, i1, n_k, offset), max(b_c, 1))):
-        j1 = min(j0 + b_c, n_k)
+    # only the key blocks that meet [start, stop): the masks hide every other key (empty tiles)
+    start, stop = key_range(i0, i1, n_k, lo, offset,
+                            None if lengths is None else int(lengths.max()))
+    step = max(b_c, 1)
+    for j0 in range(start - start % step, stop, step):
+        t, j1 = j0 // step, min(j0 + b_c, n_k)
         s, k_j, v_j = buf.s[:n_b, :b_r, : j1 - j0], k_tiles[:, t, :, : j1 - j0], v[:, j0:j1]
         ones_j = buf.ones[: j1 - j0]
         hidden = None
-        straddles = straddles_diagonal(i0, j1, offset)
-        if straddles or mask is not None:
-            hidden = _hidden(i0, i1, j0, j1, straddles, offset, mask, heads)
+        straddles = band_hides(i0, i1, j0, j1, lo, offset)  # a partial tile of the band
+        if straddles or mask is not None or lengths is not None:
+            hidden = _hidden(i0, i1, j0, j1, straddles, offset, mask, heads, lo, lengths)
             if hidden is not None and hidden.all():
-                continue  # an explicit mask hides the whole tile
+                continue  # an explicit mask or the padding hides the whole tile
         if stale_ok:
             # Fast step: [Q_i, -m_i] @ [K_j^T; 1] = S_ij - m_i, one exp2, one row sum.
             np.matmul(q_aug, k_j, out=s)
@@ -347,6 +364,8 @@ def flash_attention(
     mask: np.ndarray | None = None,
     scale: float | None = None,
     return_lse: bool = False,
+    window: tuple[int | None, int | None] | None = None,
+    key_lengths: np.ndarray | None = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Exact attention in the FlashAttention-2 loop order, never building an (n_q, n_k) array.
 
@@ -355,6 +374,11 @@ def flash_attention(
     flashlib.constants), honoured as given; a tile is min(block, n) on each side.
     causal: False, True / "top_left" (row i sees j <= i), "bottom_right" (j <= i + n_k - n_q).
     mask: boolean, broadcastable to (..., n_q, n_k); True = may attend.
+    window: ``(left, right)``, a sliding window as flash-attn's ``window_size`` (bottom-right
+    aligned; None for no bound on a side): row i sees keys i + n_k - n_q - left <= j <=
+    i + n_k - n_q + right.  key_lengths: integers broadcastable to the batch shape (...,):
+    key padding, sequence b sees keys j < key_lengths[b].  All masks combine (AND); key blocks
+    that the causal mask, the window or the padding hide entirely are skipped.
     scale: defaults to 1/sqrt(d); kept in the compute dtype (float32 for float16 inputs).
     return_lse: also return lse = m + log(l): (..., n_q), natural log, at least float32,
     ``-inf`` for rows that see no key (whose output is 0).
@@ -370,7 +394,7 @@ def flash_attention(
     dtype even so raise ValueError.
     """
     p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale,
-                      blocks=(block_q, block_k))
+                      blocks=(block_q, block_k), window=window, key_lengths=key_lengths)
     o, lse = _attention(p)
     o = p.unflatten(o)
     return (o, p.unflatten(lse)) if return_lse else o
@@ -452,7 +476,7 @@ def _forward(p: Problem, base2: bool, workers: int | None = None) -> tuple[np.nd
         np.multiply(p.q[h0:h1, i0:i1], q_scale, out=q_i[..., :d])
         acc, l_i, m_i = _forward_row_block(
             q_i, k_tiles[h0:h1], v[h0:h1], i0, slice(h0, h1), p.offset, p.mask, buf, exp,
-            clamp, v_max)
+            clamp, v_max, p.lo, None if p.key_lengths is None else p.key_lengths[h0:h1])
         seen = l_i > 0  # False for rows that see no key: output 0, lse -inf
         np.divide(acc, l_i[..., None], out=acc, where=seen[..., None])
         if v_exp:

@@ -80,7 +80,9 @@ def _probabilities(p: Problem) -> tuple[np.ndarray, np.ndarray]:
     s = q @ k.swapaxes(-1, -2)  # Q K^T: (B, n_q, n_k), accumulated in the compute dtype
     del q, k  # float32 copies for float16 inputs: free them before the n x n work
     s *= p.scale  # S, in place; the scale is a scalar of the compute dtype: no promotion
-    visible = visible_keys(p.n_q, p.n_k, p.offset, p.mask)
+    lengths = None if p.key_lengths is None else p.key_lengths.reshape(
+        p.batch_shape + (1, 1))
+    visible = visible_keys(p.n_q, p.n_k, p.offset, p.mask, p.lo, lengths)
     if visible is not None:  # (..., n_q, n_k) broadcasts against S in the batch shape
         np.copyto(p.unflatten(s), -np.inf, where=~visible)
     m = s.max(axis=-1, keepdims=True) if p.n_k else np.full(s.shape[:-1] + (1,), -np.inf, dtype)
@@ -105,12 +107,18 @@ def naive_attention(
     mask: np.ndarray | None = None,
     scale: float | None = None,
     return_lse: bool = False,
+    window: tuple[int | None, int | None] | None = None,
+    key_lengths: np.ndarray | None = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """``softmax(scale * q @ k^T, masked) @ v``, materialising the (n_q, n_k) scores.
 
     q: (..., n_q, d), k: (..., n_k, d), v: (..., n_k, d_v) -> o: (..., n_q, d_v), q's dtype.
     causal: False, True / "top_left" (row i sees j <= i), "bottom_right" (j <= i + n_k - n_q)
     mask: boolean, broadcastable to (..., n_q, n_k); True = may attend.
+    window: ``(left, right)``, a sliding window as flash-attn's ``window_size`` (bottom-right
+    aligned; None for no bound on a side): row i sees keys i + n_k - n_q - left <= j <=
+    i + n_k - n_q + right.  key_lengths: integers broadcastable to the batch shape (...,):
+    key padding, sequence b sees keys j < key_lengths[b].  All masks combine (AND).
     scale: defaults to 1/sqrt(d); computed in float32 for float16 inputs (and the scores, the
     softmax and P @ V too: the output is rounded to float16 once, at the end), else in the
     input dtype.  With ``return_lse`` also returns lse: (..., n_q), at least float32, ``-inf``
@@ -118,7 +126,8 @@ def naive_attention(
     A problem whose score matrix would not fit in the available memory raises MemoryError
     before allocating it; one whose scores overflow the compute dtype raises ValueError.
     """
-    p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale, score_matrices=1)
+    p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale, score_matrices=1,
+                      window=window, key_lengths=key_lengths)
     with np.errstate(over="ignore", invalid="ignore"):
         probs, lse = _probabilities(p)
         o = probs @ p.v.astype(probs.dtype, copy=False)
@@ -136,6 +145,8 @@ def naive_attention_backward(
     causal: bool | str = False,
     mask: np.ndarray | None = None,
     scale: float | None = None,
+    window: tuple[int | None, int | None] | None = None,
+    key_lengths: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients (dq, dk, dv) of ``sum(do * naive_attention(q, k, v))``, storing P.
 
@@ -145,7 +156,8 @@ def naive_attention_backward(
     Holds two (n_q, n_k) matrices per head, P and dP (overwritten by dS).
     """
     p, do, _, _ = check_backward_problem(q, k, v, do, causal=causal, mask=mask, scale=scale,
-                                         score_matrices=2)
+                                         score_matrices=2, window=window,
+                                         key_lengths=key_lengths)
     with np.errstate(over="ignore", invalid="ignore"):
         probs, _ = _probabilities(p)
         dtype = probs.dtype

@@ -33,8 +33,8 @@ def all_checkers():
 
 def test_one_module_per_chapter():
     assert sorted(m.__name__.rsplit(".", 1)[1] for m in CHAPTER_MODULES) == [
-        "backward", "gpu", "intro", "io_model", "ladder", "online_softmax", "overflow",
-        "precision", "tiling"]
+        "backward", "gpu", "intro", "io_model", "ladder", "masking", "online_softmax",
+        "overflow", "precision", "tiling"]
 
 
 @pytest.mark.parametrize(("module", "name", "check"), all_checkers(),

@@ -351,14 +351,16 @@ def test_public_signatures():
     assert list(sig.parameters)[:3] == ["q", "k", "v"]
     kw = {n: p.default for n, p in sig.parameters.items() if p.kind is p.KEYWORD_ONLY}
     assert kw == {"block_q": BLOCK_Q, "block_k": BLOCK_K,
-                  "causal": False, "mask": None, "scale": None, "return_lse": False}
+                  "causal": False, "mask": None, "scale": None, "return_lse": False,
+                  "window": None, "key_lengths": None}
     # one default tile for every tiled function
     assert (BLOCK_Q, BLOCK_K) == (128, 64)
     for fn in (flash_attention_v1, flashlib.flash_attention_backward):
         kw = {n: p.default for n, p in inspect.signature(fn).parameters.items()
               if p.kind is p.KEYWORD_ONLY}
+        masks = {"window": None, "key_lengths": None} if fn is not flash_attention_v1 else {}
         assert kw == {"block_q": BLOCK_Q, "block_k": BLOCK_K, "causal": False, "mask": None,
-                      "scale": None}
+                      "scale": None, **masks}
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])

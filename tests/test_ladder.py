@@ -13,7 +13,7 @@ from flashlib import flash_attention, naive_attention
 from flashlib.constants import LOG2E
 from flashlib.flash import STALE_LIMIT
 from flashlib.ladder import RESCALE_THRESHOLD, RUNGS, THREADS_RUNG, naive_inplace
-from flashlib.masks import causal_mask, causal_tiles, straddles_diagonal
+from flashlib.masks import band_hides, causal_mask, causal_tiles, straddles_diagonal
 
 FUNCS = [("naive_inplace", naive_inplace)] + RUNGS + [THREADS_RUNG]
 IDS = [label for label, _ in FUNCS]
@@ -220,17 +220,18 @@ def test_causal_tiles_values_and_validation():
 @pytest.mark.parametrize("case", [c for c in TILE_CASES if c[0] and c[1]],
                          ids=[str(c) for c in TILE_CASES if c[0] and c[1]])
 def test_causal_tiles_is_what_flash_attention_visits(case, monkeypatch):
-    """flash_attention asks straddles_diagonal once per tile it computes: count those calls."""
+    """flash_attention asks band_hides once per tile it computes: count those calls."""
     import flashlib.flash
 
     n_q, n_k, b_r, b_c, causal = case
     seen = []
 
-    def counting(i0, j1, offset):
-        seen.append(straddles_diagonal(i0, j1, offset))
+    def counting(i0, i1, j0, j1, lo, hi):
+        seen.append(band_hides(i0, i1, j0, j1, lo, hi))
+        assert seen[-1] == straddles_diagonal(i0, j1, hi)
         return seen[-1]
 
-    monkeypatch.setattr(flashlib.flash, "straddles_diagonal", counting)
+    monkeypatch.setattr(flashlib.flash, "band_hides", counting)
     x = np.random.default_rng(0).standard_normal((max(n_q, n_k), 4))
     flash_attention(x[:n_q], x[:n_k], x[:n_k], block_q=b_r, block_k=b_c, causal=causal)
     computed, masked, _ = causal_tiles(n_q, n_k, b_r, b_c, causal)

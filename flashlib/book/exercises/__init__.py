@@ -39,6 +39,7 @@ flashlib.book.exercises.online_softmax  Online softmax
 flashlib.book.exercises.ladder          The optimisation ladder
 flashlib.book.exercises.tiling          Tiling
 flashlib.book.exercises.io_model        The HBM IO model
+flashlib.book.exercises.masking         Masking
 flashlib.book.exercises.backward        The backward pass
 flashlib.book.exercises.gpu             On a real GPU (Triton kernels, run in the interpreter
                                         without a GPU)

@@ -1,0 +1,313 @@
+"""Checkers for the exercises of the masking chapter (book/masking.md).
+
+check_tile_class       ``tile_class(i0, i1, j0, j1, lo, hi, length) -> "empty" | "partial" |
+                       "full"``: a tile's class from the band and the key length, checked as a
+                       property against the dense mask over random tiles
+check_blind_rows       ``blind_rows(n_q, n_k, d_v) -> (rows, O_rows, lse_rows)``: the rows that
+                       see no key under the bottom-right causal mask, and their output
+check_guarded_forward  ``guarded_forward(Q, K, V, mask, B_r, B_c) -> (O, L)``: the careless
+                       kernel :func:`careless_forward` fixed, fed all-masked tiles
+check_window_size      ``window_size_for(W) -> (left, right)``: flash-attn's ``window_size`` for
+                       "W tokens including the current one"
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker, shape_problem
+from flashlib.masks import (
+    band_tile_class,
+    both,
+    causal_bottom_right,
+    dense_mask,
+    key_padding,
+    sliding_window,
+)
+from flashlib.naive import naive_attention
+
+__all__ = [
+    "TILE_CASES",
+    "careless_forward",
+    "check_tile_class",
+    "check_blind_rows",
+    "check_guarded_forward",
+    "check_window_size",
+]
+
+CLASSES = ("empty", "partial", "full")
+
+
+def _tile_cases(count: int = 400, seed: int = 0) -> list[tuple[int, ...]]:
+    """(n_q, n_k, B_r, B_c, lo, hi, length) drawn at random; lo, hi may be None (no bound)."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    for _ in range(count):
+        n_q, n_k = (int(x) for x in rng.integers(1, 40, size=2))
+        lo = None if rng.random() < 0.3 else int(rng.integers(-15, 6))
+        hi = None if rng.random() < 0.3 else int(rng.integers(-5, 15))
+        length = int(rng.integers(0, n_k + 1)) if rng.random() < 0.5 else n_k
+        cases.append((n_q, n_k, int(rng.integers(1, 12)), int(rng.integers(1, 12)), lo, hi,
+                      length))
+    return cases
+
+
+#: The random problems of :func:`check_tile_class` (fixed seed): every tile of each.
+TILE_CASES = _tile_cases()
+
+
+def _dense_band(n_q: int, n_k: int, lo: int | None, hi: int | None, length: int) -> np.ndarray:
+    rel = np.arange(n_k)[None, :] - np.arange(n_q)[:, None]  # j - i
+    seen = np.arange(n_k)[None, :] < length
+    if lo is not None:
+        seen = seen & (rel >= lo)
+    if hi is not None:
+        seen = seen & (rel <= hi)
+    return np.broadcast_to(seen, (n_q, n_k))
+
+
+def _wrong_tile_class(kind: str, i0: int, i1: int, j0: int, j1: int, lo: int | None,
+                      hi: int | None, length: int) -> str:
+    """The usual mistakes, to recognise them."""
+    if kind == "no padding":
+        return band_tile_class(i0, i1, j0, j1, lo, hi, None)
+    if kind == "exclusive ends":  # i1 and j1 taken as the last row and key (off by one)
+        return band_tile_class(i0, i1 + 1, j0, j1 + 1, lo, hi, length)
+    if kind == "never empty":
+        got = band_tile_class(i0, i1, j0, j1, lo, hi, length)
+        return "partial" if got == "empty" else got
+    if kind == "never full":
+        got = band_tile_class(i0, i1, j0, j1, lo, hi, length)
+        return "partial" if got == "full" else got
+    raise ValueError(kind)
+
+
+_TILE_HINTS = {
+    "no padding": "the key length is ignored: keys j >= length are hidden too, so a tile "
+    "reaching past it is never full, and one starting at or past it is empty",
+    "exclusive ends": "off by one: i1 and j1 are one past the tile's last row and key (the "
+    "last ones are i1 - 1 and j1 - 1)",
+    "never empty": "you never answer empty: a tile whose every entry is hidden is skipped",
+    "never full": "you never answer full: a tile whose every entry is visible needs no mask",
+}
+
+
+@checker("tile class")
+def check_tile_class(fb: Feedback, fn: Callable[..., Any]) -> None:
+    """Check ``tile_class(i0, i1, j0, j1, lo, hi, length)`` on every tile of
+    :data:`TILE_CASES` against the dense mask (row i sees key j when i + lo <= j <= i + hi and
+    j < length; lo or hi None: no bound)."""
+    wrong: list[tuple[tuple, str, str]] = []
+    checked = 0
+    for n_q, n_k, B_r, B_c, lo, hi, length in TILE_CASES:
+        dense = _dense_band(n_q, n_k, lo, hi, length)
+        for i0 in range(0, n_q, B_r):
+            for j0 in range(0, n_k, B_c):
+                i1, j1 = min(i0 + B_r, n_q), min(j0 + B_c, n_k)
+                tile = dense[i0:i1, j0:j1]
+                want = "empty" if not tile.any() else "full" if tile.all() else "partial"
+                args = (i0, i1, j0, j1, lo, hi, length)
+                got, _ = call_learner(fn, *args)
+                checked += 1
+                if got not in CLASSES:
+                    raise LearnerError(f"tile_class{args} returned {got!r}: return one of the "
+                                       "strings 'empty', 'partial', 'full'")
+                if got != want:
+                    wrong.append((args, got, want))
+    if not wrong:
+        fb.ok(f"all {checked} tiles of {len(TILE_CASES)} random problems (windows, causal "
+              "diagonals, padding, ragged tiles) classified as the dense mask says")
+        return
+    args, got, want = wrong[0]
+    hint = next((h for kind, h in _TILE_HINTS.items()
+                 if all(_wrong_tile_class(kind, *a) == g for a, g, _ in wrong)), "")
+    fb.fail(f"{len(wrong)} of {checked} tiles wrong; the first: tile_class{args} returned "
+            f"{got!r}, the dense mask says {want!r}" + (f": {hint}" if hint else ""))
+
+
+# --- the rows that see no key ----------------------------------------------------------------
+
+#: (n_q, n_k, d_v) of :func:`check_blind_rows`: more queries than keys, equal, fewer.
+BLIND_CASES = [(5, 2, 3), (9, 4, 2), (7, 1, 4), (4, 4, 2), (3, 8, 2), (1, 1, 1)]
+
+
+@checker("rows that see no key")
+def check_blind_rows(fb: Feedback, fn: Callable[[int, int, int], Any]) -> None:
+    """Check ``blind_rows(n_q, n_k, d_v) -> (rows, O_rows, lse_rows)`` under the bottom-right
+    causal mask: the row indices with no visible key, their outputs (len(rows), d_v) and their
+    logsumexps (len(rows),), as FlashAttention returns them."""
+    for n_q, n_k, d_v in BLIND_CASES:
+        label = f"n_q = {n_q}, n_k = {n_k}"
+        with fb.case(label):
+            got, warns = call_learner(fn, n_q, n_k, d_v)
+            if not (isinstance(got, tuple) and len(got) == 3):
+                fb.fail(f"{label}: return a tuple (rows, O_rows, lse_rows)")
+                continue
+            rows = np.asarray(got[0]).ravel()
+            want = np.flatnonzero(~dense_mask(causal_bottom_right, n_q, n_k).any(axis=1))
+            if rows.tolist() != want.tolist():
+                extra = len(rows) - len(want)
+                if len(want) and not len(rows):
+                    hint = ("that is the top-left alignment (SDPA's is_causal), where row 0 "
+                            "always sees key 0; bottom-right row i sees j <= i + n_k - n_q")
+                elif len(want) and rows.tolist() == list(range(n_q - len(rows), n_q)):
+                    hint = ("those are the last rows: bottom-right aligns the last query with "
+                            "the last key, so it is the first rows that see nothing")
+                elif extra in (-1, 1) and len(want) + len(rows) > 1:
+                    hint = ("off by one: row i sees key 0 once i + n_k - n_q >= 0, so rows "
+                            "0 .. n_q - n_k - 1 see nothing")
+                else:
+                    hint = "row i sees key j when j <= i + n_k - n_q"
+                fb.fail(f"{label}: rows {rows.tolist()}, expected {want.tolist()}: {hint}")
+                continue
+            O_rows = np.asarray(got[1], dtype=np.float64)
+            lse_rows = np.asarray(got[2], dtype=np.float64)
+            problem = (shape_problem(O_rows, (len(want), d_v), "O_rows")
+                       or shape_problem(lse_rows, (len(want),), "lse_rows"))
+            if problem:
+                fb.fail(f"{label}: {problem}")
+            elif np.isnan(O_rows).any() or np.isnan(lse_rows).any():
+                fb.fail(f"{label}: NaN is what a plain softmax gives (0 / 0); flash kernels "
+                        "return O = 0 and lse = -inf for such rows")
+            elif (O_rows != 0).any():
+                fb.fail(f"{label}: O on a row that sees no key is 0 (an empty sum of values)")
+            elif not np.isneginf(lse_rows).all():
+                fb.fail(f"{label}: lse is the log of an empty sum of exponentials: log(0) = "
+                        "-inf (so that exp(S - lse) = 0 in the backward pass)")
+            elif warns:
+                fb.fail(f"{label}: right answer, but numpy warned '{warns[0]}'")
+            else:
+                fb.ok(f"{label}: rows {want.tolist()}, O = 0 and lse = -inf there")
+
+
+# --- find the NaN ----------------------------------------------------------------------------
+
+
+def careless_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndarray, B_r: int,
+                     B_c: int) -> tuple[np.ndarray, np.ndarray]:
+    """FlashAttention-2's forward with a boolean mask (N_q, N_k), one head, every tile
+    computed: NaN as soon as a row meets a tile where it sees no key before any where it
+    does."""
+    N_q, N_k, scale = Q.shape[0], K.shape[0], 1 / math.sqrt(Q.shape[1])
+    O, L = np.zeros((N_q, V.shape[1])), np.zeros(N_q)
+    for i0 in range(0, N_q, B_r):
+        i1 = min(i0 + B_r, N_q)
+        O_i, l_i = np.zeros((i1 - i0, V.shape[1])), np.zeros(i1 - i0)
+        m_i = np.full(i1 - i0, -np.inf)
+        for j0 in range(0, N_k, B_c):
+            j1 = min(j0 + B_c, N_k)
+            S_ij = scale * (Q[i0:i1] @ K[j0:j1].T)
+            S_ij = np.where(mask[i0:i1, j0:j1], S_ij, -np.inf)
+            m_new = np.maximum(m_i, S_ij.max(axis=1))
+            P_ij = np.exp(S_ij - m_new[:, None])
+            alpha = np.exp(m_i - m_new)
+            l_i = alpha * l_i + P_ij.sum(axis=1)
+            O_i = alpha[:, None] * O_i + P_ij @ V[j0:j1]
+            m_i = m_new
+        O[i0:i1] = O_i / l_i[:, None]
+        L[i0:i1] = m_i + np.log(l_i)
+    return O, L
+
+
+def _nan_cases() -> list[tuple[str, int, int, int, int, np.ndarray]]:
+    """(label, N_q, N_k, B_r, B_c, mask): all-masked tiles of several kinds."""
+    window = dense_mask(sliding_window(3, 0), 12, 12)
+    return [
+        ("a sliding window of 4 keys (12 x 12, B_r = B_c = 4): later rows' first tile is "
+         "all masked", 12, 12, 4, 4, window),
+        ("bottom-right causal, 9 queries, 4 keys: the first rows see no key", 9, 4, 4, 2,
+         dense_mask(causal_bottom_right, 9, 4)),
+        ("padding: sequence of 5 real keys in 10, the last tile all masked", 6, 10, 3, 5,
+         dense_mask(key_padding(5), 6, 10)),
+        ("left padding: the first 5 keys hidden", 6, 10, 3, 4,
+         dense_mask(lambda i, j, n_q, n_k: j >= 5, 6, 10)),
+        ("no mask at all (6 x 7)", 6, 7, 4, 3, np.ones((6, 7), dtype=bool)),
+        ("a window and padding together", 10, 10, 4, 4,
+         dense_mask(both(sliding_window(2, 1), key_padding(7)), 10, 10)),
+    ]
+
+
+@checker("find the NaN")
+def check_guarded_forward(fb: Feedback, fn: Callable[..., Any]) -> None:
+    """Check ``guarded_forward(Q, K, V, mask, B_r, B_c) -> (O, L)`` against masked attention on
+    tiles where a row sees no key (before it sees some, or at all): no NaN, no warning, O = 0
+    and L = -inf on rows that see no key."""
+    rng = np.random.default_rng(0)
+    for label, n_q, n_k, B_r, B_c, mask in _nan_cases():
+        Q, K, V = (rng.standard_normal((n, 5)) for n in (n_q, n_k, n_k))
+        with fb.case(label):
+            got, warns = call_learner(fn, Q, K, V, mask.copy(), B_r, B_c)
+            if not (isinstance(got, tuple) and len(got) == 2):
+                fb.fail(f"{label}: return (O, L)")
+                continue
+            O, L = (np.asarray(x, dtype=np.float64) for x in got)
+            problem = shape_problem(O, (n_q, 5), "O") or shape_problem(L, (n_q,), "L")
+            if problem:
+                fb.fail(f"{label}: {problem}")
+                continue
+            want, lse = naive_attention(Q, K, V, mask=mask, return_lse=True)
+            blind = ~mask.any(axis=1)
+            bad = ~np.isfinite(O).all(axis=1)
+            if bad[~blind].any():
+                fb.fail(f"{label}: NaN on rows that do see keys (rows "
+                        f"{np.flatnonzero(bad & ~blind).tolist()}): their first tile was all "
+                        "masked, so m_new = -inf and exp(S - m_new) = exp(-inf - (-inf)) = "
+                        "NaN; exponentiate against 0 while the maximum is still -inf")
+            elif bad.any():
+                fb.fail(f"{label}: NaN or inf on the rows that see no key: l_i = 0 there; "
+                        "give O = 0 (do not divide by 0)")
+            elif np.max(np.abs(O - want)) > 1e-9:
+                fb.fail(f"{label}: O differs from masked attention by "
+                        f"{np.max(np.abs(O - want)):.3g}")
+            elif not np.isneginf(L[blind]).all():
+                fb.fail(f"{label}: L on a row that sees no key must be -inf (log of an empty "
+                        f"sum), got {L[blind][~np.isneginf(L[blind])][0]!r}")
+            elif np.max(np.abs(L[~blind] - lse[~blind]), initial=0.0) > 1e-9:
+                fb.fail(f"{label}: O is right but L is not the logsumexp m_i + log(l_i)")
+            elif warns:
+                fb.fail(f"{label}: right answer, but numpy warned '{warns[0]}': the guard "
+                        "must avoid computing -inf - (-inf) and log(0), not hide the result")
+            else:
+                fb.ok(f"{label}: equals masked attention, O = 0 and L = -inf on rows that see "
+                      "no key")
+
+
+# --- flash-attn's window_size ----------------------------------------------------------------
+
+
+@checker("flash-attn window_size")
+def check_window_size(fb: Feedback, fn: Callable[[int], Any]) -> None:
+    """Check ``window_size_for(W) -> (left, right)``: flash-attn's ``window_size`` for causal
+    attention over "W tokens including the current one" (Transformers' ``sliding_window=W``)."""
+    for W in (1, 4, 16, 4096):
+        label = f"W = {W}"
+        with fb.case(label):
+            got, _ = call_learner(fn, W)
+            try:
+                left, right = (int(x) for x in got)
+            except (TypeError, ValueError):
+                fb.fail(f"{label}: return a pair (left, right) of integers, got {got!r}")
+                continue
+            if (left, right) == (W - 1, 0):
+                fb.ok(f"{label}: window_size = ({W - 1}, 0), {W} keys per row")
+                continue
+            n = 20 if W < 20 else W + 4
+            keys = dense_mask(sliding_window(max(left, -1), max(right, 0)), n, n).sum(axis=1)
+            if right != 0:
+                hint = (f"right = {right} lets each query see {right} future keys: causal "
+                        "attention needs right = 0")
+                if left == W:
+                    hint += (f", and left = {W} gives {W + 1} past and current keys: both bounds "
+                             "are inclusive")
+            elif left == W:
+                hint = (f"that is {W + 1} keys per row: flash-attn's bounds are inclusive, so "
+                        f"left = {W} counts the current key and {W} before it")
+            elif left == -1:
+                hint = "-1 means no bound in flash-attn (an infinite window), not zero keys"
+            else:
+                hint = f"each row then sees {int(keys[-1])} keys, not {W}"
+            fb.fail(f"{label}: window_size = ({left}, {right}): {hint}")
