@@ -234,7 +234,7 @@ def tiling_diagram(B_r: int = 2, B_c: int = 2, T: int = 4, tile: tuple[int, int]
                "tile; FlashAttention-2 keeps them on chip until its row of tiles is done.")
     dg = Diagram(2 * 200 + 8, alt=alt, caption=caption)
     cell = 26
-    for p, (order, title, loop, tiles, held, writes) in enumerate(panels):
+    for p, (_order, title, loop, tiles, held, writes) in enumerate(panels):
         top = 200 * p
         dg.text(0, top + 14, title, bold=True, size=13)
         dg.text(0, top + 30, loop)
