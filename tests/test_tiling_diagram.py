@@ -34,3 +34,14 @@ def test_diagram_is_legible_svg():
 def test_bad_tile():
     with pytest.raises(ValueError, match="tile"):
         tiling_diagram(T=4, tile=(4, 0))
+
+
+def test_the_page_offers_the_checkers_choices():
+    """Exercise 4.5 lists the choices of check_cap_reason verbatim (book/tiling.md)."""
+    from pathlib import Path
+
+    from flashlib.book.exercises.tiling import CAP_CHOICES
+
+    page = (Path(__file__).resolve().parent.parent / "book" / "tiling.md").read_text()
+    for letter, text in CAP_CHOICES.items():
+        assert f"- ({letter}) {text}\n" in page, letter
