@@ -39,8 +39,8 @@ import numpy as np
 from flashlib.book.plots import OKABE_ITO, check_alt
 
 __all__ = ["Diagram", "memory_diagram", "softmax_passes_diagram", "merge_diagram",
-           "ladder_diagram", "backward_diagram", "BACKWARD_MATMULS", "precision_diagram",
-           "launch_grid_diagram", "hierarchy_diagram", "WIDTH"]
+           "tiling_diagram", "ladder_diagram", "backward_diagram", "BACKWARD_MATMULS",
+           "precision_diagram", "launch_grid_diagram", "hierarchy_diagram", "WIDTH"]
 
 #: Width of every diagram's viewBox, in SVG units (about pixels on a phone).
 WIDTH = 360
@@ -490,4 +490,84 @@ def ladder_diagram(d: int, B_r: int, B_c: int, d_v: int) -> Diagram:
     dg.text(210, 182, "=")
     dg.chip(226, 160, "[P_ij V_j | l]", f"{B_r}×{d_v + 1}", w=134, h=36, fill="yellow")
     dg.arrow(303, 126, 40, 158)
+    return dg
+
+
+def _tile_step(order: str, B_r: int, B_c: int, T: int, tile: tuple[int, int]
+               ) -> tuple[list[tuple[int, int]], tuple[tuple[str, int | None], ...], list[str]]:
+    """Run ``order`` on a T B_r x T B_c problem with a counting memory; return the tiles in
+    the order computed, what SRAM holds during ``tile`` (from the log's ``held``) and the
+    blocks written to HBM between ``tile`` and the next one."""
+    from flashlib.schedule import _random_problem, run_counted  # lazy: numerics, not plots
+
+    log = run_counted(order, *_random_problem(T * B_r, T * B_c, 2), B_r, B_c).mem.log
+    tiles = [(e.i, e.j) for e in log if e.op == "tile"]
+    at = next(k for k, e in enumerate(log) if e.op == "tile" and (e.i, e.j) == tile)
+    # on-chip arrays are logged by their names ("O_i"), blocks by array and index ("O", 1)
+    held = tuple((name.removesuffix("_i"), b) for name, b in log[at].held)
+    writes = []
+    for e in log[at + 1:]:
+        if e.op == "tile":
+            break
+        if e.op == "write":
+            writes.append(f"{e.name}_{e.i}")
+    return tiles, held, writes
+
+
+def tiling_diagram(B_r: int = 2, B_c: int = 2, T: int = 4, tile: tuple[int, int] = (1, 2)
+                   ) -> Diagram:
+    """The two loop orders at one tile (i, j) of a T x T grid of B_r x B_c score tiles: the
+    tiles already computed, what SRAM holds during the tile and what goes back to HBM after it,
+    each read from the event log of the teaching function run on a counting memory
+    (:func:`flashlib.schedule.run_counted`): Algorithm 1 ("v1") above, FlashAttention-2 ("v2")
+    below."""
+    i, j = tile
+    if not (0 <= i < T and 0 <= j < T):
+        raise ValueError(f"tile: expected (i, j) with 0 <= i, j < T = {T}, got {tile}")
+    panels = []
+    for order, title, loop in (
+            ("v1", "Algorithm 1 (FlashAttention)", "outer loop: K_j, V_j; inner: Q_i"),
+            ("v2", "FlashAttention-2", "outer loop: Q_i; inner: K_j, V_j")):
+        tiles, held, writes = _tile_step(order, B_r, B_c, T, tile)
+        panels.append((order, title, loop, tiles, held, writes))
+    v1_writes, v2_writes = panels[0][5], panels[1][5]
+    alt = (f"Two panels, a {T} by {T} grid of score tiles at tile ({i}, {j}). Algorithm 1 "
+           f"sweeps the grid column by column; during the tile SRAM holds "
+           f"{', '.join(f'{a}_{b}' if b is not None else a for a, b in panels[0][4])}, and "
+           f"afterwards it writes {', '.join(v1_writes) or 'nothing'} back to HBM. "
+           f"FlashAttention-2 sweeps row by row; SRAM holds "
+           f"{', '.join(f'{a}_{b}' if b is not None else a for a, b in panels[1][4])}, and it "
+           f"writes {', '.join(v2_writes) or 'nothing'} after this tile: O_{i} and L_{i} go "
+           f"to HBM once, after the row's last tile.")
+    caption = (f"One step, tile ({i}, {j}), of each loop order, read from the event log of "
+               "the teaching functions: Algorithm 1 writes O_i, l_i, m_i back after every "
+               "tile; FlashAttention-2 keeps them on chip until its row of tiles is done.")
+    dg = Diagram(2 * 200 + 8, alt=alt, caption=caption)
+    cell = 26
+    for p, (_order, title, loop, tiles, held, writes) in enumerate(panels):
+        top = 200 * p
+        dg.text(0, top + 14, title, bold=True, size=13)
+        dg.text(0, top + 30, loop)
+        gx, gy = 20, top + 56
+        dg.text(gx + T * cell / 2, gy - 8, "key blocks j →", anchor="middle")
+        dg.text(gx - 6, gy + T * cell / 2, "i", anchor="end")
+        done = set(tiles[: tiles.index(tile)])
+        for r in range(T):
+            for c in range(T):
+                current = (r, c) == tile
+                fill = "orange" if current else "sky_blue" if (r, c) in done else None
+                dg._el("rect", x=_fmt(gx + c * cell), y=_fmt(gy + r * cell), width=cell,
+                       height=cell, fill=OKABE_ITO[fill] if fill else "none",
+                       fill_opacity=0.9 if current else 0.4 if fill else None,
+                       stroke="currentColor", stroke_width=0.8)
+        dg.box(140, top + 40, 220, 96, "SRAM during this tile", fill="orange")
+        names = [f"{a}_{b}" if b is not None else "S_ij" for a, b in held]
+        for k, name in enumerate(names):
+            dg.chip(148 + 52 * (k % 4), top + 64 + 30 * (k // 4), name,
+                    w=46, fill="vermillion" if name == "S_ij" else "sky_blue")
+        after = ", ".join(writes) if writes else "nothing"
+        dg.box(140, top + 142, 220, 40, "", fill="blue")
+        dg.text(148, top + 158, "then written to HBM:", bold=True)
+        dg.text(148, top + 175, after if writes else f"nothing (O_{i}, L_{i} after j = {T - 1})")
+    dg.text(0, 402, "blue: tiles computed before; orange: the tile now")
     return dg

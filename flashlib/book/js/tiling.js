@@ -38,6 +38,10 @@ function draw(data, values, h) {
         height: Math.min(run.B_r, run.n - i * run.B_r) * scale, fill: "#009E73"}));
     }
   }
+  // the chosen row (its running maximum m and sum l are listed below): a tick at its height
+  var ry = gy + (run.row + 0.5) * scale;
+  parts.push(h.el("line", {x1: gx + run.n_k * scale, y1: ry, x2: gx + run.n_k * scale + 8,
+    y2: ry, stroke: "#D55E00", "stroke-width": 2}));
   var tx = gx + run.n_k * scale + 12, y = gy + 10;
   function line(text, attrs) {
     parts.push(h.el("text", Object.assign({x: tx, y: y}, attrs || {}), h.esc(text)));
@@ -46,12 +50,18 @@ function draw(data, values, h) {
   line("tile " + (st.tile ? "(" + st.tile[0] + ", " + st.tile[1] + ")" : "none yet"),
        {"font-weight": "bold"});
   line("SRAM holds:");
-  var held = st.sram.map(function (p) { return p[0] + (p[1] === null ? "" : "_" + p[1]); });
+  // on-chip arrays are logged by their names ("O_i"), blocks by array and index ("O", 1)
+  var held = st.sram.map(function (p) {
+    return p[0].replace(/_i$/, "") + (p[1] === null ? "" : "_" + p[1]);
+  });
   for (var c = 0; c < held.length; c += 4) line("  " + held.slice(c, c + 4).join(" "));
   line(h.fmt(st.sram_elements) + " elements");
   var reads = st.events.filter(function (e) { return e[0] === "read"; }).length;
   var writes = st.events.filter(function (e) { return e[0] === "write"; }).length;
   line(reads + " loads, " + writes + " stores");
+  line("row " + run.row + ": " + st.keys_seen + "/" + run.n_k + " keys", {fill: "#D55E00"});
+  line(st.m === null ? "m, l: not yet" :
+       "m = " + h.fmt(st.m, 3) + ", l = " + h.fmt(st.l, 3), {fill: "#D55E00"});
   y = Math.max(y, gy + run.n * scale) + 16;
   parts.push(h.el("text", {x: 0, y: y, "font-weight": "bold"}, "HBM traffic so far (elements)"));
   y += 16;
@@ -71,6 +81,8 @@ function draw(data, values, h) {
   var alt = (names[run.order] || run.order) + ", step " + k + " of " + (steps.length - 1) +
     ": " + (st.tile ? "tile (" + st.tile[0] + ", " + st.tile[1] + ") is computed, SRAM holds " +
     held.join(", ") : "before the first tile") + "; " + h.fmt(total) +
-    " elements moved so far.";
+    " elements moved so far; row " + run.row + " has seen " + st.keys_seen + " of " +
+    run.n_k + " keys" + (st.m === null ? "." : ", running maximum m = " + h.fmt(st.m, 3) +
+    ", running sum l = " + h.fmt(st.l, 3) + ".");
   return {svg: svg, alt: alt, limits: {step: steps.length}};
 }
