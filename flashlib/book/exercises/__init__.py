@@ -42,6 +42,7 @@ flashlib.book.exercises.io_model        The HBM IO model
 flashlib.book.exercises.backward        The backward pass
 flashlib.book.exercises.gpu             On a real GPU (Triton kernels, run in the interpreter
                                         without a GPU)
+flashlib.book.exercises.beyond          Beyond FlashAttention-1 (split-KV, grouped-query)
 """
 
 from __future__ import annotations
