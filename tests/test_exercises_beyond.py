@@ -34,14 +34,28 @@ def common(check):
     assert_fails_with(check(crashing), "your function raised")
 
 
-def test_exp_share():
-    assert bx.check_exp_share(lambda d, mm, ex: (1 / ex) / (4 * d / mm)).passed
-    assert_fails_with(bx.check_exp_share(lambda d, mm, ex: (1 / ex) / (2 * d / mm)),
-                      "twice the answer")
-    assert_fails_with(bx.check_exp_share(lambda d, mm, ex: (1 / ex) / (d / mm)), "four times")
-    assert_fails_with(bx.check_exp_share(lambda d, mm, ex: (4 * d / mm) * ex), "the inverse")
-    assert_fails_with(bx.check_exp_share(lambda d, mm, ex: "half"), "must return a number")
-    common(bx.check_exp_share)
+def test_kv_grad():
+    def right(x, h_kv):
+        *lead, h_q, n, c = x.shape
+        return x.reshape(*lead, h_kv, h_q // h_kv, n, c).sum(axis=-3)
+
+    def mean(x, h_kv):
+        *lead, h_q, n, c = x.shape
+        return x.reshape(*lead, h_kv, h_q // h_kv, n, c).mean(axis=-3)
+
+    def interleaved(x, h_kv):
+        *lead, h_q, n, c = x.shape
+        return x.reshape(*lead, h_q // h_kv, h_kv, n, c).sum(axis=-4)
+
+    def first(x, h_kv):
+        return x[..., :: x.shape[-3] // h_kv, :, :]
+
+    assert bx.check_kv_grad(right).passed
+    assert_fails_with(bx.check_kv_grad(mean), "sum, not mean")
+    assert_fails_with(bx.check_kv_grad(interleaved), "consecutive")
+    assert_fails_with(bx.check_kv_grad(first), "add them all")
+    assert_fails_with(bx.check_kv_grad(lambda x, h: x), "has shape")
+    common(bx.check_kv_grad)
 
 
 def _split_kv(q, K, V, n_splits, merge="lse"):

@@ -1,61 +1,60 @@
 """Checkers for the exercises of the chapter "Beyond FlashAttention-1" (book/beyond.md).
 
-check_exp_share        ``exp_share(d, matmul_tflops, exp_tflops)``: exp time over matmul time
 check_split_kv         ``split_kv(q, K, V, n_splits)``: split-KV decoding, merged by logsumexp
 check_grouped_query    ``gqa(q, k, v)``: grouped-query attention without copying K and V
+check_kv_grad          ``kv_grad(dk_rep, h_kv)``: the gradient of a K/V head shared by a group
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 from flashlib import naive_attention
-from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker, shape_problem
+from flashlib.book.exercises import Feedback, call_learner, checker, shape_problem
 from flashlib.measure import measure_peak
 
-__all__ = ["check_exp_share", "check_split_kv", "check_grouped_query"]
+__all__ = ["check_split_kv", "check_grouped_query", "check_kv_grad"]
 
 
-def _number(x: Any, what: str = "your function") -> float:
-    try:
-        value = float(x)
-    except (TypeError, ValueError):
-        raise LearnerError(f"{what} must return a number, got {x!r}") from None
-    if not np.isfinite(value):
-        raise LearnerError(f"{what} returned {value}")
-    return value
+def _group_sum_reference(x: np.ndarray, h_kv: int, interleaved: bool = False) -> np.ndarray:
+    *lead, h_q, n, c = x.shape
+    g = h_q // h_kv
+    shape = (*lead, g, h_kv, n, c) if interleaved else (*lead, h_kv, g, n, c)
+    return x.reshape(shape).sum(axis=-4 if interleaved else -3)
 
 
-@checker("exp against matmul time")
-def check_exp_share(fb: Feedback, fn: Callable[[int, float, float], float]) -> None:
-    """Check ``exp_share(d, matmul_tflops, exp_tflops)``: the time of the exponentials of a
-    tile over the time of its two matmuls, per score (one exp against 4 d matmul FLOPs)."""
-    cases = [("H100 SXM5, d = 128", 128, 989.0, 3.9), ("A100, d = 64", 64, 312.0, 19.5),
-             ("made up, d = 96", 96, 100.0, 10.0)]
-    for name, d, mm, ex in cases:
+@checker("gradient of a shared K/V head")
+def check_kv_grad(fb: Feedback, fn: Callable[[np.ndarray, int], np.ndarray]) -> None:
+    """Check ``kv_grad(dk_rep, h_kv)``: the gradient (..., h_q, n_k, d) of K repeated for each
+    query head, as the gradient (..., h_kv, n_k, d) of the shared K (summed over each group)."""
+    rng = np.random.default_rng(0)
+    cases = [("8 query heads, 2 K/V heads", (2,), 8, 2), ("multi-query: 6 heads, 1", (), 6, 1),
+             ("12 query heads, 3 K/V heads", (1, 2), 12, 3), ("4 and 4: nothing shared", (), 4, 4)]
+    for name, lead, h_q, h_kv in cases:
         with fb.case(name):
-            got, _ = call_learner(fn, d, mm, ex)
-            got = _number(got)
-            want = (1 / ex) / (4 * d / mm)
-            if np.isclose(got, want, rtol=1e-6):
-                fb.ok(f"{name}: {want:.3g}")
-            elif np.isclose(got, 2 * want, rtol=1e-6):
-                fb.fail(f"{name}: got {got:.3g}, twice the answer: a score costs two matmuls "
-                        "(Q K^T and P V), 2 d FLOPs each (a multiply-add is 2 FLOPs)")
-            elif np.isclose(got, 4 * want, rtol=1e-6):
-                fb.fail(f"{name}: got {got:.3g}, four times the answer: count 2 FLOPs per "
-                        "multiply-add, and both matmuls, Q K^T and P V: 4 d FLOPs per score")
-            elif np.isclose(got, 1 / want, rtol=1e-6):
-                fb.fail(f"{name}: got {got:.3g}, the inverse: return exp time / matmul time")
-            elif np.isclose(got, want * 1e12, rtol=1e-6) or np.isclose(got, want * 1e-12,
-                                                                          rtol=1e-6):
-                fb.fail(f"{name}: got {got:.3g}: a ratio has no unit; use the TFLOP/s as given")
+            x = rng.standard_normal((*lead, h_q, 5, 3))
+            got, _ = call_learner(fn, x.copy(), h_kv)
+            want = _group_sum_reference(x, h_kv)
+            problem = shape_problem(got, want.shape)
+            g = h_q // h_kv
+            if problem:
+                fb.fail(f"{name}: {problem}")
+            elif np.allclose(got, want, rtol=1e-12, atol=1e-12):
+                fb.ok(f"{name}: correct")
+            elif g > 1 and np.allclose(got, want / g, atol=1e-12):
+                fb.fail(f"{name}: you averaged over the group: each query head adds its own "
+                        "contribution to the shared K, so the gradients add up (sum, not mean)")
+            elif 1 < h_kv < h_q and np.allclose(got, _group_sum_reference(x, h_kv, True),
+                                                atol=1e-12):
+                fb.fail(f"{name}: you summed query heads h, h + h_kv, ...; the heads of a group "
+                        "are consecutive: reshape to (..., h_kv, g, n_k, d), then sum axis -3")
+            elif g > 1 and np.allclose(got, np.take(x, np.arange(0, h_q, g), axis=-3),
+                                       atol=1e-12):
+                fb.fail(f"{name}: you kept one query head's gradient per group; add them all")
             else:
-                fb.fail(f"{name}: got {got:.4g}, expected {want:.4g}: time per score is "
-                        "1 / exp_tflops for the exp and 4 d / matmul_tflops for the matmuls")
+                fb.fail(f"{name}: max |error| = {np.max(np.abs(np.asarray(got) - want)):.2g}")
 
 
 def _decode_problem(seed: int, n_q: int, n: int, d: int, d_v: int, logit: float = 1.0
