@@ -74,15 +74,19 @@ def split_kv_tree(q: np.ndarray, K: np.ndarray, V: np.ndarray, n_splits: int
     return ranges, levels
 
 
-def grouped_query_attention(Q: np.ndarray, K: np.ndarray, V: np.ndarray) -> np.ndarray:
-    """Grouped-query attention (Ainslie et al. 2023): query head h attends with K/V head
-    h // g, g = h_q / h_kv query heads per K/V head (h_kv = 1: multi-query attention).
+def grouped_query_attention(
+    Q: np.ndarray, K: np.ndarray, V: np.ndarray
+) -> np.ndarray:
+    """Grouped-query attention (Ainslie et al. 2023): query head h attends
+    with K/V head h // g, g = h_q / h_kv (h_kv = 1: multi-query attention).
 
-    Q: (h_q, N_q, d), K: (h_kv, N_k, d), V: (h_kv, N_k, d_v) -> O: (h_q, N_q, d_v).
+    Q: (h_q, N_q, d), K: (h_kv, N_k, d), V: (h_kv, N_k, d_v)
+    -> O: (h_q, N_q, d_v).
     """
     g = Q.shape[0] // K.shape[0]  # query heads per K/V head
     assert g * K.shape[0] == Q.shape[0], "h_q must be a multiple of h_kv"
-    return np.stack([standard_attention(Q[h], K[h // g], V[h // g]) for h in range(len(Q))])
+    O = [standard_attention(Q[h], K[h // g], V[h // g]) for h in range(len(Q))]
+    return np.stack(O)  # (h_q, N_q, d_v)
 
 
 def kv_cache_bytes(*, layers: int, kv_heads: int, head_dim: int, tokens: int, itemsize: int,

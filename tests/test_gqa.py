@@ -15,7 +15,7 @@ from flashlib import (
     naive_attention,
     naive_attention_backward,
 )
-from flashlib.decoding import grouped_query_attention, kv_cache_bytes
+from flashlib.decoding import grouped_query_attention, kv_cache_bytes, split_kv_tree
 from flashlib.measure import measure_peak
 from flashlib.naive import standard_attention
 
@@ -148,3 +148,16 @@ def test_teaching_function_and_cache_bytes(rng):
         2 * 32 * 8 * 128 * 4096 * 2)
     with pytest.raises(ValueError, match="tokens"):
         kv_cache_bytes(layers=1, kv_heads=1, head_dim=1, tokens=-1, itemsize=2)
+
+
+@pytest.mark.parametrize(("n", "splits"), [(1000, 7), (37, 37), (5, 8), (64, 1), (100, 3)])
+def test_split_kv_tree_root_is_attention(rng, n, splits):
+    """The merge tree's root is one-pass attention, whatever the splits; each level halves."""
+    q, k, v = rng.standard_normal((2, 16)) * 3, rng.standard_normal((n, 16)), rng.standard_normal(
+        (n, 5))
+    ranges, levels = split_kv_tree(q, k, v, splits)
+    assert ranges[0][0] == 0 and ranges[-1][1] == n and len(levels[0]) == len(ranges)
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+    assert [len(x) for x in levels[1:]] == [-(-len(x) // 2) for x in levels[:-1]]
+    _, l, acc = levels[-1][0]
+    assert max_err(acc / l[:, None], standard_attention(q, k, v)) < 1e-13
