@@ -47,6 +47,7 @@ class Problem(NamedTuple):
     block_k: int | None = None
     lo: int | None = None  # sliding window: row i sees keys j >= i + lo (None: no bound)
     key_lengths: np.ndarray | None = None  # (B,) key padding: sequence b sees keys j < len[b]
+    kv_group: int = 1  # grouped-query attention: query heads per K/V head (k, v: (B / g, ...))
 
     @property
     def n_q(self) -> int:
@@ -59,6 +60,24 @@ class Problem(NamedTuple):
     def unflatten(self, x: np.ndarray) -> np.ndarray:
         """Reshape (B, ...) back to batch_shape + (...)."""
         return x.reshape(self.batch_shape + x.shape[1:])
+
+    def repeat_kv(self) -> Problem:
+        """The same problem with each K/V head repeated for its ``kv_group`` query heads (a
+        copy; the reference functions and the backward use it)."""
+        if self.kv_group == 1:
+            return self
+        g = self.kv_group
+        return self._replace(k=np.repeat(self.k, g, axis=0), v=np.repeat(self.v, g, axis=0),
+                             kv_group=1)
+
+    def sum_kv(self, x: np.ndarray) -> np.ndarray:
+        """A gradient (B, n_k, c) of the repeated K or V summed over each group of query
+        heads, in k's batch shape: batch_shape[:-1] + (h_kv, n_k, c)."""
+        g = self.kv_group
+        if g == 1:
+            return self.unflatten(x)
+        x = x.reshape((x.shape[0] // g, g) + x.shape[1:]).sum(axis=1)
+        return x.reshape(self.batch_shape[:-1] + (self.batch_shape[-1] // g,) + x.shape[1:])
 
 
 #: What to do instead of passing a masked array, per kind of argument.
@@ -287,8 +306,12 @@ def check_problem(
     score_matrices: int = 0,
     window: object = None,
     key_lengths: object = None,
+    gqa: bool = False,
 ) -> Problem:
     """Validate ``q: (..., n_q, d)``, ``k: (..., n_k, d)``, ``v: (..., n_k, d_v)`` and options.
+
+    gqa: the caller supports grouped-query attention: k and v may have fewer heads (axis -3)
+    than q, h_q a multiple of h_kv (:func:`_kv_group`); query head h uses K/V head h // g.
 
     blocks: ``(block_q, block_k)`` of a tiled function, checked with :func:`check_block`.
     score_matrices: how many (n_q, n_k) arrays per head the caller will hold at once (the naive
@@ -307,7 +330,8 @@ def check_problem(
         raise TypeError(
             f"q, k and v must share one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}"
         )
-    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
+    kv_group = _kv_group(q.shape, k.shape, v.shape) if gqa else 1
+    if kv_group == 1 and not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
         raise ValueError(
             "q, k and v must have equal leading (batch, head) dimensions, got "
             f"q {q.shape[:-2]}, k {k.shape[:-2]}, v {v.shape[:-2]}"
@@ -333,6 +357,7 @@ def check_problem(
     checked_scale = check_scale(scale, d, q.dtype)
     if blocks is not None:
         blocks = (check_block(blocks[0], "block_q"), check_block(blocks[1], "block_k"))
+    b_kv = b // kv_group
     if score_matrices:
         per_score = score_matrices * compute_dtype(q.dtype).itemsize
         if checked_mask is not None or offset is not None or lo is not None or (
@@ -342,8 +367,8 @@ def check_problem(
                              f"{score_matrices} score matrices of {batch_shape + (n_q, n_k)}")
     return Problem(
         q=_flat(q, b, n_q, d),
-        k=_flat(k, b, n_k, d),
-        v=_flat(v, b, n_k, d_v),
+        k=_flat(k, b_kv, n_k, d),
+        v=_flat(v, b_kv, n_k, d_v),
         batch_shape=batch_shape,
         dtype=q.dtype,
         scale=checked_scale,
@@ -353,7 +378,28 @@ def check_problem(
         block_k=None if blocks is None else blocks[1],
         lo=lo,
         key_lengths=lengths,
+        kv_group=kv_group,
     )
+
+
+def _kv_group(q: tuple[int, ...], k: tuple[int, ...], v: tuple[int, ...]) -> int:
+    """Query heads per K/V head for q: (..., h_q, n_q, d), k: (..., h_kv, n_k, d) and
+    v: (..., h_kv, n_k, d_v) (grouped-query attention; h_kv = 1 is multi-query attention);
+    1 when the leading dimensions are equal or do not have that form (the caller's check
+    then explains), a ValueError when h_q is not a multiple of h_kv."""
+    if not (len(q) == len(k) == len(v) >= 3 and q[:-3] == k[:-3] == v[:-3]
+            and k[-3] == v[-3] != q[-3]):
+        return 1
+    h_q, h_kv = q[-3], k[-3]
+    if h_q == 0:
+        return 1  # no query heads: the equal-dimensions check explains
+    if h_kv == 0 or h_q % h_kv:
+        raise ValueError(
+            f"k and v have {h_kv} heads (axis -3) and q has {h_q}: for grouped-query "
+            f"attention the number of query heads must be a multiple of the number of K/V "
+            f"heads, got k {k} and q {q}"
+        )
+    return h_q // h_kv
 
 
 def check_like(x: object, name: str, shape: tuple[int, ...], dtype: np.dtype | None) -> np.ndarray:
@@ -381,6 +427,7 @@ def check_backward_problem(
     score_matrices: int = 0,
     window: object = None,
     key_lengths: object = None,
+    gqa: bool = False,
 ) -> tuple[Problem, np.ndarray, np.ndarray | None, np.ndarray | None]:
     """Validate a backward call: the forward problem plus ``do`` (and ``o``, ``lse`` when given).
 
@@ -389,7 +436,8 @@ def check_backward_problem(
     flattened like the problem's: (B, n_q, d_v) and (B, n_q).
     """
     p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale, blocks=blocks,
-                      score_matrices=score_matrices, window=window, key_lengths=key_lengths)
+                      score_matrices=score_matrices, window=window, key_lengths=key_lengths,
+                      gqa=gqa)
     b, n_q, d_v = p.q.shape[0], p.n_q, p.v.shape[-1]
     shape = p.batch_shape + (n_q, d_v)
     out: list[np.ndarray | None] = []

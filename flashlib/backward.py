@@ -156,16 +156,21 @@ def flash_attention_backward(
     Extra memory beyond inputs and outputs: O(n d) ([Q, -lse], [dO, -D] and tiles of K^T and
     V^T in the compute dtype, one dQ per part for a split over key blocks) plus a few
     B_r x B_c tiles per head and thread (S and P, dP and dS), never (n_q, n_k).
+    Grouped-query attention as in :func:`flashlib.flash_attention` (k, v with h_kv heads, h_q
+    a multiple): dk, dv have k's shape, each summed over the query heads of its group (K and
+    V are repeated per query head while the gradients are computed).
     """
     p, do, o, lse = check_backward_problem(
         q, k, v, do, o=o, lse=lse, causal=causal, mask=mask, scale=scale,
-        blocks=(block_q, block_k), window=window, key_lengths=key_lengths)
+        blocks=(block_q, block_k), window=window, key_lengths=key_lengths, gqa=True)
+    g, p = p, p.repeat_kv()  # grouped-query attention: one K/V copy per query head
     with np.errstate(over="ignore", invalid="ignore"):
         grads = _backward(p, o, lse, do)
         if not results_are_finite(*grads):  # rare: base-2 scores overflow, see flash_attention
             grads = _backward(p, o, lse, do, base2=False)
     check_no_overflow(p.dtype, *grads)
-    return tuple(p.unflatten(x.astype(p.dtype, copy=False)) for x in grads)
+    dq, dk, dv = p.unflatten(grads[0]), g.sum_kv(grads[1]), g.sum_kv(grads[2])
+    return tuple(x.astype(p.dtype, copy=False) for x in (dq, dk, dv))
 
 
 class _BackwardTiles(NamedTuple):

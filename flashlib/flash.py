@@ -370,6 +370,9 @@ def flash_attention(
     """Exact attention in the FlashAttention-2 loop order, never building an (n_q, n_k) array.
 
     q: (..., n_q, d), k: (..., n_k, d), v: (..., n_k, d_v) -> o: (..., n_q, d_v), q's dtype.
+    Grouped-query / multi-query attention: q (..., h_q, n_q, d) with k, v (..., h_kv, n_k, .)
+    and h_q a multiple of h_kv; query head h attends with K/V head h // (h_q // h_kv), as
+    PyTorch SDPA's ``enable_gqa=True`` does; K and V are not copied per query head.
     block_q, block_k: the tile sizes B_r and B_c (default BLOCK_Q x BLOCK_K, measured: see
     flashlib.constants), honoured as given; a tile is min(block, n) on each side.
     causal: False, True / "top_left" (row i sees j <= i), "bottom_right" (j <= i + n_k - n_q).
@@ -394,7 +397,8 @@ def flash_attention(
     dtype even so raise ValueError.
     """
     p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale,
-                      blocks=(block_q, block_k), window=window, key_lengths=key_lengths)
+                      blocks=(block_q, block_k), window=window, key_lengths=key_lengths,
+                      gqa=True)
     o, lse = _attention(p)
     o = p.unflatten(o)
     return (o, p.unflatten(lse)) if return_lse else o
@@ -450,6 +454,9 @@ def _forward(p: Problem, base2: bool, workers: int | None = None) -> tuple[np.nd
     clamp = not bound < -_slow_below(dtype, exp)
 
     group = max(1, min(n_b, TILE_BYTES // max(1, b_r * b_c * dtype.itemsize)))
+    g_kv = p.kv_group  # grouped-query attention: a group of heads shares one K/V head
+    if g_kv > 1:
+        group = max(c for c in range(1, min(group, g_kv) + 1) if g_kv % c == 0)
     o = np.empty((n_b, n_q, d_v), dtype=p.dtype)
     lse = np.empty((n_b, n_q), dtype=dtype)
     # Work items: (first head, last head, first query row); the blocks that see the most keys
@@ -474,8 +481,9 @@ def _forward(p: Problem, base2: bool, workers: int | None = None) -> tuple[np.nd
         i1 = min(i0 + block_q, n_q)
         q_i = buf.q_aug[: h1 - h0, : i1 - i0]
         np.multiply(p.q[h0:h1, i0:i1], q_scale, out=q_i[..., :d])
+        kv = slice(h0, h1) if g_kv == 1 else slice(h0 // g_kv, h0 // g_kv + 1)  # broadcast
         acc, l_i, m_i = _forward_row_block(
-            q_i, k_tiles[h0:h1], v[h0:h1], i0, slice(h0, h1), p.offset, p.mask, buf, exp,
+            q_i, k_tiles[kv], v[kv], i0, slice(h0, h1), p.offset, p.mask, buf, exp,
             clamp, v_max, p.lo, None if p.key_lengths is None else p.key_lengths[h0:h1])
         seen = l_i > 0  # False for rows that see no key: output 0, lse -inf
         np.divide(acc, l_i[..., None], out=acc, where=seen[..., None])

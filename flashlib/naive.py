@@ -113,6 +113,8 @@ def naive_attention(
     """``softmax(scale * q @ k^T, masked) @ v``, materialising the (n_q, n_k) scores.
 
     q: (..., n_q, d), k: (..., n_k, d), v: (..., n_k, d_v) -> o: (..., n_q, d_v), q's dtype.
+    Grouped-query attention: k, v may have h_kv heads (axis -3) where q has h_q, a multiple;
+    query head h uses K/V head h // (h_q // h_kv) (PyTorch SDPA's ``enable_gqa=True``).
     causal: False, True / "top_left" (row i sees j <= i), "bottom_right" (j <= i + n_k - n_q)
     mask: boolean, broadcastable to (..., n_q, n_k); True = may attend.
     window: ``(left, right)``, a sliding window as flash-attn's ``window_size`` (bottom-right
@@ -127,7 +129,7 @@ def naive_attention(
     before allocating it; one whose scores overflow the compute dtype raises ValueError.
     """
     p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale, score_matrices=1,
-                      window=window, key_lengths=key_lengths)
+                      window=window, key_lengths=key_lengths, gqa=True).repeat_kv()
     with np.errstate(over="ignore", invalid="ignore"):
         probs, lse = _probabilities(p)
         o = probs @ p.v.astype(probs.dtype, copy=False)
@@ -153,11 +155,13 @@ def naive_attention_backward(
     do: (..., n_q, d_v).  With ``dP = dO V^T`` and ``D = rowsum(dO * O) = rowsum(dP * P)``:
     ``dV = P^T dO``, ``dS = P * (dP - D)``, ``dQ = scale dS K``, ``dK = scale dS^T Q``.
     Computed like :func:`naive_attention` (float32 for float16 inputs); returns q's dtype.
-    Holds two (n_q, n_k) matrices per head, P and dP (overwritten by dS).
+    Holds two (n_q, n_k) matrices per head, P and dP (overwritten by dS).  Grouped-query
+    attention as in :func:`naive_attention`: dk, dv have k's shape, summed over each group.
     """
     p, do, _, _ = check_backward_problem(q, k, v, do, causal=causal, mask=mask, scale=scale,
                                          score_matrices=2, window=window,
-                                         key_lengths=key_lengths)
+                                         key_lengths=key_lengths, gqa=True)
+    g, p = p, p.repeat_kv()
     with np.errstate(over="ignore", invalid="ignore"):
         probs, _ = _probabilities(p)
         dtype = probs.dtype
@@ -172,4 +176,5 @@ def naive_attention_backward(
         dk = ds.swapaxes(-1, -2) @ p.q.astype(dtype, copy=False)  # (B, n_k, d)
         dk *= p.scale
     check_no_overflow(p.dtype, dq, dk, dv)
-    return tuple(p.unflatten(x.astype(p.dtype, copy=False)) for x in (dq, dk, dv))
+    dk, dv = g.sum_kv(dk), g.sum_kv(dv)  # grouped-query attention: sum over each group
+    return tuple(x.astype(p.dtype, copy=False) for x in (p.unflatten(dq), dk, dv))

@@ -33,7 +33,7 @@ def all_checkers():
 
 def test_one_module_per_chapter():
     assert sorted(m.__name__.rsplit(".", 1)[1] for m in CHAPTER_MODULES) == [
-        "backward", "gpu", "intro", "io_model", "ladder", "masking", "online_softmax",
+        "backward", "beyond", "gpu", "intro", "io_model", "ladder", "masking", "online_softmax",
         "overflow", "precision", "tiling"]
 
 

@@ -16,7 +16,7 @@ from conftest import max_err, ref_attention, torch_grads
 
 import flashlib
 from flashlib.backward import flash2_backward, two_pass_backward
-from flashlib.decoding import split_kv_decode
+from flashlib.decoding import grouped_query_attention, split_kv_decode
 from flashlib.flash import flash2_forward
 from flashlib.flash_v1 import flash1_forward
 from flashlib.naive import standard_attention, standard_attention_backward
@@ -25,7 +25,7 @@ from flashlib.stable_softmax import safe_softmax
 
 TEACHING = [safe_softmax, standard_attention, standard_attention_backward, online_update,
             merge_states, flash1_forward, flash2_forward, flash2_backward, two_pass_backward,
-            split_kv_decode]
+            split_kv_decode, grouped_query_attention]
 
 # (n_q, n_k, d, d_v, B_r, B_c)
 SHAPES = {

@@ -76,7 +76,9 @@ def test_unequal_leading_dims(fname):
     _, k, v = _qkv(lead=(3,))
     _raises(ALL[fname], r"\bk\b", q, k, v)
     q4, _, _ = _qkv(lead=(2, 3))
-    _, k4, v4 = _qkv(lead=(2, 1))  # no broadcasting of batch/head dims either
+    _, k4, v4 = _qkv(lead=(3, 1))  # no broadcasting of batch/head dims either
+    _raises(ALL[fname], r"\bk\b", q4, k4, v4)
+    _, k4, v4 = _qkv(lead=(2, 2))  # 3 query heads cannot share 2 K/V heads (grouped-query)
     _raises(ALL[fname], r"\bk\b", q4, k4, v4)
     _, k0, v0 = _qkv(lead=())
     _raises(ALL[fname], r"\bk\b", q4, k0, v0)

@@ -40,7 +40,8 @@ from flashlib.book.plots import OKABE_ITO, check_alt
 
 __all__ = ["Diagram", "memory_diagram", "softmax_passes_diagram", "merge_diagram",
            "tiling_diagram", "ladder_diagram", "backward_diagram", "BACKWARD_MATMULS",
-           "precision_diagram", "launch_grid_diagram", "hierarchy_diagram", "WIDTH"]
+           "precision_diagram", "launch_grid_diagram", "hierarchy_diagram", "split_kv_diagram",
+           "WIDTH"]
 
 #: Width of every diagram's viewBox, in SVG units (about pixels on a phone).
 WIDTH = 360
@@ -570,4 +571,34 @@ def tiling_diagram(B_r: int = 2, B_c: int = 2, T: int = 4, tile: tuple[int, int]
         dg.text(148, top + 158, "then written to HBM:", bold=True)
         dg.text(148, top + 175, after if writes else f"nothing (O_{i}, L_{i} after j = {T - 1})")
     dg.text(0, 402, "blue: tiles computed before; orange: the tile now")
+    return dg
+
+
+def split_kv_diagram(N: int, d: int, n_splits: int, itemsize: int) -> Diagram:
+    """Split-KV decoding of one query row against a cache of N keys and values (head dimension
+    d, ``itemsize`` bytes per number): ``n_splits`` programs (one per SM) each read q and their
+    share of K and V from HBM, write a partial result (O_s, L_s), and a merge combines them."""
+    share = -(-N // n_splits)
+    kv = 2 * share * d * itemsize
+    alt = (f"Top: HBM holds the KV cache of {N} keys and values, cut into {n_splits} shares of "
+           f"{share} rows ({_size(kv)} of K and V each). Middle: {n_splits} programs, one per "
+           "SM, each read the query row q and one share, and write their output O_s and "
+           "logsumexp L_s back to HBM. Bottom: a merge reads the partial results and writes "
+           "the output O, weighting each O_s by exp(L_s - L).")
+    caption = (f"Split-KV decoding at N = {N}, d = {d}, {n_splits} splits, {itemsize} bytes per "
+               "number: the splits run at once on different SMs; only n_splits small partial "
+               "results are merged.")
+    dg = Diagram(290, alt=alt, caption=caption)
+    col = 360 / n_splits
+    dg.box(0, 0, 360, 76, "HBM: the KV cache (and q)", fill="blue")
+    dg.text(352, 17, f"{N} rows", anchor="end")
+    for s in range(n_splits):
+        x = s * col
+        dg.chip(x + 6, 25, f"K_{s + 1}, V_{s + 1}", _size(kv), w=col - 12, h=44)
+        dg.arrow(x + col / 2, 70, x + col / 2, 108)
+        dg.box(x + 4, 110, col - 8, 74, f"SM {s + 1}: q", fill="orange")
+        dg.chip(x + 10, 144, f"O_{s + 1}, L_{s + 1}", w=col - 20, h=30, fill="yellow")
+        dg.arrow(x + col / 2, 186, 180, 222)
+    dg.box(60, 224, 240, 60, "merge", fill="bluish_green")
+    dg.text(180, 270, "O = Σ exp(L_s - L) O_s", anchor="middle")
     return dg

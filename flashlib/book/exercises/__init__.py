@@ -43,6 +43,7 @@ flashlib.book.exercises.masking         Masking
 flashlib.book.exercises.backward        The backward pass
 flashlib.book.exercises.gpu             On a real GPU (Triton kernels, run in the interpreter
                                         without a GPU)
+flashlib.book.exercises.beyond          Beyond FlashAttention-1 (split-KV, grouped-query)
 """
 
 from __future__ import annotations

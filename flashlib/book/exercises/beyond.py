@@ -1,0 +1,162 @@
+"""Checkers for the exercises of the chapter "Beyond FlashAttention-1" (book/beyond.md).
+
+check_split_kv         ``split_kv(q, K, V, n_splits)``: split-KV decoding, merged by logsumexp
+check_grouped_query    ``gqa(q, k, v)``: grouped-query attention without copying K and V
+check_kv_grad          ``kv_grad(dk_rep, h_kv)``: the gradient of a K/V head shared by a group
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from flashlib import naive_attention
+from flashlib.book.exercises import Feedback, call_learner, checker, shape_problem
+from flashlib.measure import measure_peak
+
+__all__ = ["check_split_kv", "check_grouped_query", "check_kv_grad"]
+
+
+def _group_sum_reference(x: np.ndarray, h_kv: int, interleaved: bool = False) -> np.ndarray:
+    *lead, h_q, n, c = x.shape
+    g = h_q // h_kv
+    shape = (*lead, g, h_kv, n, c) if interleaved else (*lead, h_kv, g, n, c)
+    return x.reshape(shape).sum(axis=-4 if interleaved else -3)
+
+
+@checker("gradient of a shared K/V head")
+def check_kv_grad(fb: Feedback, fn: Callable[[np.ndarray, int], np.ndarray]) -> None:
+    """Check ``kv_grad(dk_rep, h_kv)``: the gradient (..., h_q, n_k, d) of K repeated for each
+    query head, as the gradient (..., h_kv, n_k, d) of the shared K (summed over each group)."""
+    rng = np.random.default_rng(0)
+    cases = [("8 query heads, 2 K/V heads", (2,), 8, 2), ("multi-query: 6 heads, 1", (), 6, 1),
+             ("12 query heads, 3 K/V heads", (1, 2), 12, 3), ("4 and 4: nothing shared", (), 4, 4)]
+    for name, lead, h_q, h_kv in cases:
+        with fb.case(name):
+            x = rng.standard_normal((*lead, h_q, 5, 3))
+            got, _ = call_learner(fn, x.copy(), h_kv)
+            want = _group_sum_reference(x, h_kv)
+            problem = shape_problem(got, want.shape)
+            g = h_q // h_kv
+            if problem:
+                fb.fail(f"{name}: {problem}")
+            elif np.allclose(got, want, rtol=1e-12, atol=1e-12):
+                fb.ok(f"{name}: correct")
+            elif g > 1 and np.allclose(got, want / g, atol=1e-12):
+                fb.fail(f"{name}: you averaged over the group: each query head adds its own "
+                        "contribution to the shared K, so the gradients add up (sum, not mean)")
+            elif 1 < h_kv < h_q and np.allclose(got, _group_sum_reference(x, h_kv, True),
+                                                atol=1e-12):
+                fb.fail(f"{name}: you summed query heads h, h + h_kv, ...; the heads of a group "
+                        "are consecutive: reshape to (..., h_kv, g, n_k, d), then sum axis -3")
+            elif g > 1 and np.allclose(got, np.take(x, np.arange(0, h_q, g), axis=-3),
+                                       atol=1e-12):
+                fb.fail(f"{name}: you kept one query head's gradient per group; add them all")
+            else:
+                fb.fail(f"{name}: max |error| = {np.max(np.abs(np.asarray(got) - want)):.2g}")
+
+
+def _decode_problem(seed: int, n_q: int, n: int, d: int, d_v: int, logit: float = 1.0
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((n_q, d))
+    k = rng.standard_normal((n, d))
+    # the larger scores in the last keys, so that the splits' maxima differ
+    k[n // 2:] *= 2.0
+    q *= logit
+    return q, k, rng.standard_normal((n, d_v))
+
+
+@checker("split-KV decoding")
+def check_split_kv(fb: Feedback, fn: Callable[..., np.ndarray]) -> None:
+    """Check ``split_kv(q, K, V, n_splits)`` -> attention of q (n_q, d) over K (N, d), V (N, d_v)
+    computed on ``n_splits`` shares of the keys and merged with the logsumexps."""
+    cases = [
+        ("one query row, N = 1000 keys in 4 splits", 4, (0, 1, 1000, 16, 8, 1.0)),
+        ("N = 1000 in 7 splits (the last one shorter)", 7, (1, 1, 1000, 16, 8, 1.0)),
+        ("4 query rows, N = 37 in 37 splits of one key", 37, (2, 4, 37, 8, 3, 1.0)),
+        ("one split: plain attention", 1, (3, 1, 50, 8, 8, 1.0)),
+        ("scores near 2000 (exp(L_s) overflows)", 5, (4, 2, 300, 16, 8, 200.0)),
+    ]
+    for name, splits, args in cases:
+        with fb.case(name):
+            q, k, v = _decode_problem(*args)
+            got, warns = call_learner(fn, q.copy(), k.copy(), v.copy(), splits)
+            want = naive_attention(q, k, v)
+            problem = shape_problem(got, want.shape)
+            if problem:
+                fb.fail(f"{name}: {problem}")
+                continue
+            got = np.asarray(got, dtype=np.float64)
+            size = -(-len(k) // splits)
+            outs = [naive_attention(q, k[s:s + size], v[s:s + size])
+                    for s in range(0, len(k), size)]
+            if not np.isfinite(got).all():
+                fb.fail(f"{name}: the result holds NaN or inf: weight each O_s by "
+                        "exp(L_s - L), L the logsumexp of the L_s, never exp(L_s) alone")
+            elif np.allclose(got, want, rtol=1e-9, atol=1e-12):
+                if warns:
+                    fb.fail(f"{name}: right answer, but numpy warned '{warns[0]}'")
+                else:
+                    fb.ok(f"{name}: equals attention over all the keys")
+            elif splits > 1 and np.allclose(got, np.mean(outs, axis=0), atol=1e-9):
+                fb.fail(f"{name}: you averaged the splits' outputs: a split whose keys score "
+                        "higher must weigh more; weight O_s by exp(L_s - L)")
+            elif splits > 1 and np.allclose(got, outs[-1], atol=1e-9):
+                fb.fail(f"{name}: you returned the last split's output: merge all of them")
+            else:
+                fb.fail(f"{name}: max |error| = {np.max(np.abs(got - want)):.2g}: "
+                        "O = sum_s exp(L_s - L) O_s with L = logsumexp over s of L_s")
+
+
+def _gqa_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, interleaved: bool = False
+                   ) -> np.ndarray:
+    h_q, h_kv = q.shape[-3], k.shape[-3]
+    heads = np.arange(h_q) % h_kv if interleaved else np.arange(h_q) // (h_q // h_kv)
+    return naive_attention(q, np.take(k, heads, axis=-3), np.take(v, heads, axis=-3))
+
+
+@checker("grouped-query attention")
+def check_grouped_query(fb: Feedback, fn: Callable[..., np.ndarray]) -> None:
+    """Check ``gqa(q, k, v)``: q (..., h_q, n_q, d), k (..., h_kv, n_k, d), v (..., h_kv, n_k,
+    d_v) -> (..., h_q, n_q, d_v), query head h with K/V head h // (h_q // h_kv), and without a
+    copy of K and V per query head."""
+    rng = np.random.default_rng(0)
+    cases = [
+        ("8 query heads, 2 K/V heads", (2,), 8, 2, 5, 7, 4, 3),
+        ("multi-query: 6 query heads, 1 K/V head", (), 6, 1, 3, 9, 8, 8),
+        ("4 and 4 heads: ordinary multi-head attention", (1,), 4, 4, 6, 5, 4, 2),
+        ("12 query heads, 3 K/V heads, one query row", (2,), 12, 3, 1, 11, 4, 4),
+    ]
+    for name, lead, h_q, h_kv, n_q, n_k, d, d_v in cases:
+        with fb.case(name):
+            q = rng.standard_normal((*lead, h_q, n_q, d))
+            k = rng.standard_normal((*lead, h_kv, n_k, d))
+            v = rng.standard_normal((*lead, h_kv, n_k, d_v))
+            got, warns = call_learner(fn, q, k, v)
+            want = _gqa_reference(q, k, v)
+            problem = shape_problem(got, want.shape)
+            if problem:
+                fb.fail(f"{name}: {problem}")
+            elif np.allclose(got, want, rtol=1e-9, atol=1e-12):
+                fb.ok(f"{name}: correct")
+            elif 1 < h_kv < h_q and np.allclose(got, _gqa_reference(q, k, v, True), atol=1e-9):
+                fb.fail(f"{name}: query head h used K/V head h % h_kv (np.tile order); the "
+                        "heads of a group are consecutive: K/V head h // (h_q // h_kv)")
+            else:
+                fb.fail(f"{name}: max |error| = {np.max(np.abs(np.asarray(got) - want)):.2g}")
+    if fb.problems:
+        return
+    name = "16 query heads on 1 K/V head of 4096 keys: memory"
+    with fb.case(name):
+        q = rng.standard_normal((16, 2, 64))
+        k, v = rng.standard_normal((1, 4096, 64)), rng.standard_normal((1, 4096, 64))
+        (_, warns), peak = measure_peak(call_learner, fn, q, k, v)
+        repeated = 16 * (k.nbytes + v.nbytes)
+        if peak >= repeated / 2:
+            fb.fail(f"{name}: your function allocated {peak / 2**20:.1f} MiB, as much as K and "
+                    f"V repeated for every query head ({repeated / 2**20:.1f} MiB): reshape q "
+                    "to (..., h_kv, g, n_q, d) so that matmul broadcasts k over the group")
+        else:
+            fb.ok(f"{name}: {peak / 2**20:.1f} MiB, no copy of K and V per query head")
