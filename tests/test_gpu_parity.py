@@ -34,6 +34,7 @@ from conftest import (  # noqa: E402
 
 # flashlib.gpu before triton is first imported: it sets TRITON_INTERPRET=1 without a CUDA GPU
 import flashlib.gpu  # noqa: E402
+from flashlib.accuracy import assert_error_within  # noqa: E402
 from flashlib.constants import LOG2E  # noqa: E402
 from flashlib.gpu import GPUUnavailable, traps  # noqa: E402
 from flashlib.gpu import triton_attention as ta  # noqa: E402
@@ -52,17 +53,17 @@ DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch
 NP_DTYPES = {"float16": np.float16, "float32": np.float32}
 
 
-# ---- the accuracy rule, in one place (switch to the precision chapter's helper later) ------
+# ---- the accuracy rule: flashlib.accuracy's helper, the one every low-precision test uses ---
 
 def assert_error_rule(got, exact, plain, dtype: str, what: str) -> None:
-    """err(got) <= max(2 * err(plain), floor): flash-attn's rule; ``exact`` in float64.  The
-    floor is conftest's for float16/float32; bfloat16 (eps 2**-7) gets float16's (2**-10)
-    times 8."""
+    """err(got) <= max(2 * err(plain), floor): flash-attn's rule, checked by
+    :func:`flashlib.accuracy.assert_error_within`; ``exact`` in float64.  The floor is
+    conftest's for float16/float32; bfloat16 (eps 2**-7) gets float16's (2**-10) times 8."""
     floor = (error_floor(NP_DTYPES[dtype], np.asarray(exact)) if dtype in NP_DTYPES
              else 8 * error_floor(np.float16, np.asarray(exact)))
-    err, base = max_err(got, exact), max_err(plain, exact)
-    assert err <= max(2 * base, floor), (
-        f"{what}: error {err:.3g} > 2 x plain {dtype} attention's {base:.3g} (floor {floor:.3g})")
+    assert_error_within(np.asarray(got, np.float64), np.asarray(plain, np.float64),
+                        np.asarray(exact, np.float64), floor=float(floor),
+                        label=f"{what} ({dtype})")
 
 
 def _plain(q, k, v, causal, scale, dtype):
