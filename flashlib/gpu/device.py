@@ -219,7 +219,7 @@ def decide(*, torch_version: str | None, triton_version: str | None,
     else:
         flash_attn = torch_version is not None
     if torch_version is None:
-        notes.append("PyTorch is not installed: no SDPA either.")
+        notes.append("torch is not installed, so PyTorch's SDPA is unavailable too.")
     return Capabilities(torch_version, triton_version, flash_attn_version, cuda_version,
                         device_name, cc, interpret_env, mode, flash_attn, tuple(notes))
 
