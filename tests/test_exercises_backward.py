@@ -6,30 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from checker_helpers import assert_fails_with, crashing, not_attempted, text
 
 from flashlib.book import autograd as ag
-from flashlib.book.exercises import NOT_ATTEMPTED, Feedback
+from flashlib.book.exercises import NOT_ATTEMPTED
 from flashlib.book.exercises import backward as bx
 from flashlib.constants import LN2, LOG2E
-
-
-def text(fb: Feedback) -> str:
-    return repr(fb)
-
-
-def assert_fails_with(fb: Feedback, *phrases: str) -> None:
-    assert not fb.passed, text(fb)
-    for phrase in phrases:
-        assert phrase in text(fb), (phrase, text(fb))
-
-
-def not_attempted(*args):
-    raise NotImplementedError
-
-
-def crashing(*args):
-    raise ValueError("oops")
-
 
 # ---- D two ways ----------------------------------------------------------------------------
 

@@ -5,28 +5,11 @@ ones."""
 from __future__ import annotations
 
 import numpy as np
+from checker_helpers import assert_fails_with, crashing, not_attempted, text
 
 from flashlib import flash_attention
-from flashlib.book.exercises import NOT_ATTEMPTED, Feedback
+from flashlib.book.exercises import NOT_ATTEMPTED
 from flashlib.book.exercises import beyond as bx
-
-
-def text(fb: Feedback) -> str:
-    return repr(fb)
-
-
-def assert_fails_with(fb: Feedback, *phrases: str) -> None:
-    assert not fb.passed, text(fb)
-    for phrase in phrases:
-        assert phrase in text(fb), (phrase, text(fb))
-
-
-def not_attempted(*args):
-    raise NotImplementedError
-
-
-def crashing(*args):
-    raise ValueError("oops")
 
 
 def common(check):

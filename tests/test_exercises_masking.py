@@ -5,29 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from checker_helpers import assert_fails_with, crashing, not_attempted, text
 
-from flashlib.book.exercises import NOT_ATTEMPTED, Feedback
+from flashlib.book.exercises import NOT_ATTEMPTED
 from flashlib.book.exercises import masking as mx
 from flashlib.masks import band_tile_class, masked_flash_forward
-
-
-def text(fb: Feedback) -> str:
-    return repr(fb)
-
-
-def assert_fails_with(fb: Feedback, *phrases: str) -> None:
-    assert not fb.passed, text(fb)
-    for phrase in phrases:
-        assert phrase in text(fb), (phrase, text(fb))
-
-
-def not_attempted(*args):
-    raise NotImplementedError
-
-
-def crashing(*args):
-    raise ValueError("oops")
-
 
 ALL = [mx.check_tile_class, mx.check_blind_rows, mx.check_guarded_forward,
        mx.check_window_size]

@@ -6,21 +6,12 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from checker_helpers import assert_fails_with, text
 
-from flashlib.book.exercises import NOT_ATTEMPTED, Feedback
+from flashlib.book.exercises import NOT_ATTEMPTED
 from flashlib.book.exercises import precision as ex
 from flashlib.fp8 import hadamard, random_hadamard
 from flashlib.precision import round_to
-
-
-def text(fb: Feedback) -> str:
-    return repr(fb)
-
-
-def assert_fails_with(fb: Feedback, *phrases: str) -> None:
-    assert not fb.passed, text(fb)
-    for phrase in phrases:
-        assert phrase in text(fb), (phrase, text(fb))
 
 
 def crashes(*args):

@@ -8,31 +8,13 @@ import math
 
 import numpy as np
 import pytest
+from checker_helpers import assert_fails_with, crashing, not_attempted, text
 
-from flashlib.book.exercises import NOT_ATTEMPTED, Feedback
+from flashlib.book.exercises import NOT_ATTEMPTED
 from flashlib.book.exercises import io_model as ix
 from flashlib.book.exercises import tiling as tx
 from flashlib.io_model import block_sizes, crossover_M
 from flashlib.online import merge_partials
-
-
-def text(fb: Feedback) -> str:
-    return repr(fb)
-
-
-def assert_fails_with(fb: Feedback, *phrases: str) -> None:
-    assert not fb.passed, text(fb)
-    for phrase in phrases:
-        assert phrase in text(fb), (phrase, text(fb))
-
-
-def not_attempted(*args):
-    raise NotImplementedError
-
-
-def crashing(*args):
-    raise ValueError("oops")
-
 
 # ---- the FlashAttention-2 forward ----------------------------------------------------------
 
