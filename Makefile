@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # Silences a debugger warning that Jupyter kernels print when they start.
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: book book-student test notebooks lab lint bench constraints clean grade
+.PHONY: book book-student test check notebooks lab lint bench constraints clean grade
 
 # PYTHONWARNINGS: setuptools prints a warning box on every editable install ("Editable
 # installation": folders named like the package may shadow it), even with --quiet.
@@ -24,7 +24,7 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 # they literalinclude); when flashlib changes (its .py and its widgets' .js), every glued
 # number and figure must be recomputed, so the build starts afresh.
 # The book's Sphinx extension and theme templates shape every page: a change rebuilds too.
-FLASHLIB_HASH := $(shell find flashlib scripts/book_extension.py book/_templates -type f \
+FLASHLIB_HASH := $(shell find flashlib tools/book_extension.py book/_templates -type f \
 	\( -name '*.py' -o -name '*.js' -o -name '*.html' \) | LC_ALL=C sort | xargs cat \
 	| sha256sum | cut -c1-16)
 book: $(STAMP)
@@ -34,34 +34,42 @@ book: $(STAMP)
 	echo "$(FLASHLIB_HASH)" > _build/.flashlib-hash
 
 ## make book-student: the student edition of the site, every solution removed
-## (scripts/student_edition.py), into _build/student/_build/html; after `make book`, whose
+## (tools/student_edition.py), into _build/student/_build/html; after `make book`, whose
 ## execution cache it reads (it executes nothing)
 book-student: book
 	FLASHLIB_STUDENT_EDITION=1 $(BIN)/jupyter-book build . -W -n --keep-going \
 		--path-output _build/student
 
 ## make grade SUBMISSIONS=folder [OUT=grading-report] [GRADE_ARGS=...]: run the students'
-## notebooks through the book's checkers (scripts/grade.py; CSV and Markdown reports in OUT)
+## notebooks through the book's checkers (tools/grade.py; CSV and Markdown reports in OUT)
 OUT ?= grading-report
 grade: $(STAMP)
 	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=folder [OUT=dir]" >&2; exit 2; }
-	$(BIN)/python scripts/grade.py "$(SUBMISSIONS)" --out "$(OUT)" $(GRADE_ARGS)
+	$(BIN)/python -m tools.grade "$(SUBMISSIONS)" --out "$(OUT)" $(GRADE_ARGS)
 
 ## make test: the whole suite (numerics, notebooks in sync, lint, import contracts, packaging in
 ## fresh venvs, browser tests on the built site)
 test: book book-student
-	$(BIN)/python -m pytest; rc=$$?; \
+	FLASHLIB_REQUIRE_ALL=1 $(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+## make check: the fast loop while editing (under 3 minutes on 2 cores): ruff, the import
+## contracts, and every test that needs no built site, no browser and no fresh virtual
+## environment (pytest -m "not site and not student_site and not browser and not slow")
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+	$(BIN)/python -m pytest -q -m "not site and not student_site and not browser and not slow"
 
 ## make notebooks: regenerate the clean .ipynb copies in notebooks/ from book/, and the
 ## student edition's (no solutions) in notebooks/student/
 notebooks: $(STAMP)
-	$(BIN)/python scripts/notebooks.py write
+	$(BIN)/python -m tools.notebooks write
 
 ## make lab: open your copies of the notebooks (lab/, ignored by git) in JupyterLab with
 ## flashlib importable; chapters changed since are refreshed unless you edited them
 lab: $(STAMP)
-	$(BIN)/python scripts/lab.py
+	$(BIN)/python -m tools.lab
 	$(BIN)/jupyter lab lab/ $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 ## make lint: ruff and the import contracts (pyproject.toml [tool.importlinter])
@@ -72,7 +80,7 @@ lint: $(STAMP)
 ## make bench: the tracked figures against their targets (flashlib.bench.targets: one thread
 ## and every core against PyTorch, large logits, the backward), the CPU benchmark at the
 ## issue's sizes, the optimisation ladder at n = 4096 (long; writes bench-results/*.json), then
-## every chapter widget's live redraw time (book tooling: scripts/widget_redraw.py).  Run it on
+## every chapter widget's live redraw time (book tooling: tools/widget_redraw.py).  Run it on
 ## an idle machine.  OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, which some machines set to force a
 ## slower kernel, are unset for these commands only (never for the tests or CI).
 BENCH := env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(BIN)/python -m flashlib.bench
@@ -80,7 +88,7 @@ bench: $(STAMP)
 	$(BENCH) targets --n 4096 --repeats 5
 	$(BENCH) cpu --n 1024 4096 16384 --causal --repeats 5
 	$(BENCH) ladder --n 4096
-	$(BIN)/python scripts/widget_redraw.py
+	$(BIN)/python -m tools.widget_redraw
 
 ## make constraints: re-pin every package of the environment after changing requirements.txt
 constraints: $(STAMP)

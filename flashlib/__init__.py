@@ -1,53 +1,68 @@
-"""flashlib: the numerics of "FlashAttention from Scratch".
+"""flashlib: the numerics of "FlashAttention from Scratch", in layers you can see in the tree.
 
-numpy is the reference path (it runs anywhere, Pyodide included), and the only dependency of
-the numeric modules below; an import-linter contract (pyproject.toml) keeps it so.  One concept
-per module:
+Open :mod:`flashlib.algorithms` first: the book's algorithms as the papers write them, in book
+order.  Then:
 
-- :mod:`flashlib.stable_softmax`  the numerically stable softmax
-- :mod:`flashlib.online`          the one-pass (m, l) update and the merge of partial states
-- :mod:`flashlib.masks`           causal alignments, boolean masks and their tiles
-- :mod:`flashlib.naive`           standard attention (materialises S and P) and its backward
-- :mod:`flashlib.flash_v1`        FlashAttention, Algorithm 1 loop order
-- :mod:`flashlib.flash`           FlashAttention-2 loop order (the default implementation)
-- :mod:`flashlib.backward`        the recomputing backward pass (two schedules)
-- :mod:`flashlib.gradients`       the backward chapter's numerics: identities, gradient checks,
-                                  determinism, saved bytes and FLOPs, the base-2 trap
-- :mod:`flashlib.decoding`        split-KV decoding: one query row against a long KV cache
-- :mod:`flashlib.hbm`             the memory the teaching functions' HBM traffic goes through:
-                                  plain numpy, or a counting memory with an SRAM of M elements
-- :mod:`flashlib.schedule`        the tiled functions run on the counting memory: event log,
-                                  counts, the tiling widget's data, the parallel outer loop
-- :mod:`flashlib.io_model`        exact HBM traffic of each schedule, block sizes from M, the
-                                  roofline
-- :mod:`flashlib.ladder`          the optimisation ladder's rungs
-- :mod:`flashlib.overflow`, :mod:`flashlib.memory`  the numerics of the chapters' experiments
-- :mod:`flashlib.constants`       LOG2E, LN2, the default tile BLOCK_Q x BLOCK_K, compute_dtype
-- :mod:`flashlib.measure`         measuring a call: peak memory, warnings, time
-- :mod:`flashlib._validate`       every input check
+=========================  ==================================================================
+layer                      what
+=========================  ==================================================================
+``flashlib.algorithms``    the teaching functions: one head, plain numpy, the papers' names
+``flashlib.fast``          their library twins: batched, masked, validated, threaded
+``flashlib.studies``       each chapter's experiments (counts, tables, sweeps), numpy only
+``flashlib.core``          the ground floor: the HBM memory model, the mask rules, the input
+                           checks, constants, threads, the accuracy rule, measuring
+``flashlib.book``          the chapters' helpers: glue, tables, figures, widgets, exercises
+``flashlib.bench``         the benchmark (``python -m flashlib.bench``)
+``flashlib.gpu``           the Triton kernels, flash-attn and PyTorch SDPA on a GPU
+=========================  ==================================================================
 
-Not numerics: :mod:`flashlib.book` (the chapters' helpers, ``pip install "flashlib[book]"``) and
-:mod:`flashlib.bench` (the benchmark, ``pip install "flashlib[bench]"``).
+Each layer imports only the layers below it (``book`` and ``bench`` above ``studies`` and
+``gpu``, above ``fast`` and ``algorithms``, above ``core``); one import-linter contract
+(pyproject.toml) keeps it so.  The numeric layers (``core``, ``algorithms``, ``fast``,
+``studies``) need numpy only (``studies.precision`` also ``ml_dtypes``).
+
+Names follow one rule: a **teaching function** is named after the paper's algorithm and acts
+on one head (``flash2_forward``: FlashAttention-2's forward pass); its **library twin** is named
+after what a caller asks for and takes batches and keyword options (``flash_attention``).
+
+=============================  ==============================  ===============================
+paper                          teaching (flashlib.algorithms)  library twin
+=============================  ==============================  ===============================
+safe softmax                   ``safe_softmax``                ``softmax``
+online softmax, one step       ``online_update``               ``online_softmax_update`` [1]
+merge of two partial states    ``merge_states``                ``merge_partials`` [1]
+standard attention (Alg. 0)    ``standard_attention``          ``naive_attention``
+its backward (Alg. 3)          ``standard_attention_backward``  ``naive_attention_backward``
+FlashAttention (Alg. 1)        ``flash1_forward``              ``flash_attention_v1``
+FlashAttention-2 forward       ``flash2_forward``              ``flash_attention``
+... with a mask                ``masked_flash_forward``        ``flash_attention(causal=...)``
+FlashAttention-2 backward      ``flash2_backward``             ``flash_attention_backward``
+... in two passes              ``two_pass_backward``           ``flash_attention_backward``
+=============================  ==============================  ===============================
+
+[1] in :mod:`flashlib.fast.online`; every other twin is in the root API below.
+
+The public API below is the library: what a program that only wants attention imports.
 """
 
-from flashlib import online as _online
-from flashlib.backward import flash_attention_backward
-from flashlib.flash import flash_attention
-from flashlib.flash_v1 import flash_attention_v1
-from flashlib.masks import causal_mask
-from flashlib.naive import naive_attention, naive_attention_backward
-from flashlib.online import *  # noqa: F403  (its __all__: the online-softmax API)
-from flashlib.stable_softmax import softmax
+from flashlib.core.masks import causal_mask
+from flashlib.fast import (
+    flash_attention,
+    flash_attention_backward,
+    flash_attention_v1,
+    naive_attention,
+    naive_attention_backward,
+    softmax,
+)
 
 __all__ = [
-    "softmax",
+    "flash_attention",
+    "flash_attention_backward",
     "naive_attention",
     "naive_attention_backward",
     "flash_attention_v1",
-    "flash_attention",
-    "flash_attention_backward",
+    "softmax",
     "causal_mask",
-    *_online.__all__,
 ]
 
 __version__ = "0.2.0"  # the one place the version is set (pyproject.toml reads it)

@@ -1,10 +1,10 @@
 """What the browser tests share: the Chromium they drive, a local server, page weights, axe-core.
 
-tests/test_site.py opens every page of the built site; tests/test_widgets_browser.py opens a
-page made of widget outputs. Both drive headless Chromium with Playwright
-(:func:`find_chromium`) and serve files from 127.0.0.1 (:func:`serve`). axe-core (the
-accessibility rules engine) is vendored in tests/vendor/axe-core (``bash
-scripts/vendor_axe.sh`` refreshes it; its version is pinned there), so the tests need no
+tests/site/test_site.py opens every page of the built site;
+tests/site/test_widgets_browser.py opens a page made of widget outputs. Both drive headless
+Chromium with Playwright (:func:`find_chromium`) and serve files from 127.0.0.1 (:func:`serve`).
+axe-core (the accessibility rules engine) is vendored in tests/vendor/axe-core (``bash
+tools/vendor_axe.sh`` refreshes it; its version is pinned there), so the tests need no
 network.
 """
 
@@ -14,62 +14,20 @@ import contextlib
 import functools
 import http.server
 import json
-import os
-import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tools.browser import CHROMIUM_ARGS, find_chromium
+from tools.paths import ROOT
+
 AXE = Path(__file__).resolve().parent / "vendor" / "axe-core" / "axe.min.js"
-#: Browsers looked for on PATH, in order, when $CHROMIUM is not set.
-CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 #: axe-core impacts that fail a page.
 AXE_FAILING = ("critical", "serious")
 #: Largest page weight: every byte the browser loads for a page (HTML, scripts, styles, fonts).
 MAX_PAGE_BYTES = 3_500_000
 #: Page weights measured by the tests of this session, printed at the end (tests/conftest.py).
 PAGE_WEIGHTS: dict[str, int] = {}
-
-
-def _is_snap_wrapper(path: str) -> bool:
-    """Ubuntu's chromium-browser: a script that starts the snap, which Playwright cannot drive
-    (the snap cannot see the temporary profile folder)."""
-    real = os.path.realpath(path)
-    if real.startswith("/snap/"):
-        return True
-    try:
-        with open(real, "rb") as f:
-            head = f.read(4096)
-    except OSError:
-        return False
-    return head.startswith(b"#!") and b"/snap/" in head
-
-
-def find_chromium() -> str | None:
-    """The browser for these tests: $CHROMIUM (which must exist), else the first of
-    CHROMIUM_NAMES on PATH that is not a snap wrapper, else None: Playwright's own Chromium
-    (``python -m playwright install chromium``)."""
-    named = os.environ.get("CHROMIUM")
-    if named:
-        found = shutil.which(named) or (named if os.path.isfile(named) else None)
-        if found is None:
-            raise FileNotFoundError(f"CHROMIUM={named!r}: no such browser")
-        return found
-    for name in CHROMIUM_NAMES:
-        found = shutil.which(name)
-        if found and not _is_snap_wrapper(found):
-            return found
-    return None
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -142,3 +100,14 @@ def page_weight(page) -> int:
 
 def axe_version() -> str:
     return json.loads((AXE.parent / "package.json").read_text(encoding="utf-8"))["version"]
+
+
+ARTIFACTS = ROOT / "test-artifacts"
+
+
+def write_weights() -> None:
+    """test-artifacts/page-weights.json: the weights this run measured (tests/conftest.py)."""
+    if PAGE_WEIGHTS:
+        ARTIFACTS.mkdir(exist_ok=True)
+        (ARTIFACTS / "page-weights.json").write_text(
+            json.dumps(dict(sorted(PAGE_WEIGHTS.items())), indent=1) + "\n", encoding="utf-8")

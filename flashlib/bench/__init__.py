@@ -5,7 +5,7 @@
     python -m flashlib.bench cpu                        # n = 1024 4096, 8 heads, d = 64
     python -m flashlib.bench cpu --n 4096 16384 --causal --repeats 5
     python -m flashlib.bench cpu --n 64 --heads 1 --repeats 1 --blocks 16x16   # tiny (CI)
-    python -m flashlib.bench ladder --n 4096            # the rungs of flashlib.ladder
+    python -m flashlib.bench ladder --n 4096            # the rungs of flashlib.studies.ladder
 
 Every implementation runs on the same inputs, one thread (BLAS via threadpoolctl, torch via
 ``torch.set_num_threads``), round-robin (one call of each per repeat, so drift hits all alike);
@@ -25,7 +25,7 @@ the ratios.
 - :mod:`flashlib.bench.report`   the printed tables
 - :mod:`flashlib.bench.__main__` the command line
 
-The widgets' live redraw time is book tooling: ``python scripts/widget_redraw.py``.
+The widgets' live redraw time is book tooling: ``python -m tools.widget_redraw``.
 """
 
 from flashlib.bench.machine import (

@@ -48,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from flashlib.bench.report import report
     from flashlib.bench.suites import DEFAULT_BLOCKS, DEFAULT_NS, SUITES, run
-    from flashlib.measure import CLOCKS
+    from flashlib.core.measure import CLOCKS
 
     parser = argparse.ArgumentParser(prog="python -m flashlib.bench", description=bench.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

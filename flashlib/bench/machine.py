@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from flashlib._validate import check_int
-from flashlib.measure import median_times
+from flashlib.core.checks import check_int
+from flashlib.core.measure import median_times
 
 __all__ = [
     "CPU_FLAGS",

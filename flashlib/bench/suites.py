@@ -2,12 +2,13 @@
 
 cpu     naive attention (numpy, in place), FlashAttention v1 and v2 loop orders, v2 at several
         tile sizes, and (when torch is installed) PyTorch's SDPA and a naive torch attention
-ladder  the in-place naive baseline and every rung of :mod:`flashlib.ladder`; then rung 10
+ladder  the in-place naive baseline and every rung of :mod:`flashlib.studies.ladder`; then rung 10
         (threads) against rung 9 on the wall clock
 (``targets``, the tracked figures against their targets, is :mod:`flashlib.bench.targets`)
 
-Every implementation runs on the same inputs, round-robin (:func:`flashlib.measure.time_calls`).
-torch is imported only here and only when asked for: flashlib's numerics never need it.
+Every implementation runs on the same inputs, round-robin
+(:func:`flashlib.core.measure.time_calls`). torch is imported only here and only when asked for:
+flashlib's numerics never need it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from flashlib._validate import check_int
 from flashlib.bench.machine import (
     SGEMM_SIZES,
     machine_info,
@@ -29,13 +29,14 @@ from flashlib.bench.machine import (
     thread_count,
     torch_available,
 )
-from flashlib.constants import BLOCK_K, BLOCK_Q
-from flashlib.flash import flash_attention
-from flashlib.flash_v1 import flash_attention_v1
-from flashlib.ladder import RUNGS, THREADS_RUNG, naive_inplace
-from flashlib.masks import causal_tiles
-from flashlib.measure import CLOCKS, median_times, time_calls
-from flashlib.naive import naive_attention
+from flashlib.core.checks import check_int
+from flashlib.core.constants import BLOCK_K, BLOCK_Q
+from flashlib.core.masks import causal_tiles
+from flashlib.core.measure import CLOCKS, median_times, time_calls
+from flashlib.fast.flash_v1 import flash_attention_v1
+from flashlib.fast.forward import flash_attention
+from flashlib.fast.naive import naive_attention
+from flashlib.studies.ladder import RUNGS, THREADS_RUNG, naive_inplace
 
 __all__ = [
     "DEFAULT_NS",
@@ -57,7 +58,8 @@ NAIVE_BATCH_BYTES = 1 << 30
 #: Sequence lengths timed by ``python -m flashlib.bench cpu`` when ``--n`` is not given.
 DEFAULT_NS = (1024, 4096)
 #: Tile sizes (B_r, B_c) of flash_attention timed by ``python -m flashlib.bench cpu`` when
-#: ``--blocks`` is not given: the sweep cited where flashlib.constants chooses BLOCK_Q x BLOCK_K.
+#: ``--blocks`` is not given: the sweep cited where flashlib.core.constants chooses BLOCK_Q x
+#BLOCK_K.
 #: The default tile among them is the row "flash", not timed twice.
 DEFAULT_BLOCKS = ((64, 64), (64, 128), (128, 64), (128, 128), (256, 256))
 #: The suites of ``python -m flashlib.bench``: :func:`run` runs the first two, the third is
@@ -162,7 +164,7 @@ def cpu_calls(
 def ladder_calls(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = False
 ) -> dict[str, Callable[[], object]]:
-    """naive_inplace and every rung of :mod:`flashlib.ladder` at its default blocks."""
+    """naive_inplace and every rung of :mod:`flashlib.studies.ladder` at its default blocks."""
     calls: dict[str, Callable[[], object]] = {
         "naive_inplace": lambda: naive_inplace(q, k, v, causal=causal)
     }

@@ -32,12 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from flashlib._validate import check_int
-from flashlib.backward import flash_attention_backward
 from flashlib.bench.machine import machine_info, set_threads, torch_available
-from flashlib.flash import flash_attention
-from flashlib.measure import measure_peak, time_calls
-from flashlib.naive import naive_attention_backward
+from flashlib.core.checks import check_int
+from flashlib.core.measure import measure_peak, time_calls
+from flashlib.fast.backward import flash_attention_backward
+from flashlib.fast.forward import flash_attention
+from flashlib.fast.naive import naive_attention_backward
 
 __all__ = ["TARGETS", "LOGIT_SCALE", "SLOW_EXP2_RATIO", "exp2_state", "run_targets",
            "format_targets"]

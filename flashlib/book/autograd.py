@@ -10,8 +10,8 @@ raising an ImportError.
                             with the library's causal and boolean masks (rows that see no key
                             give 0, as flashlib's functions do)
 - :func:`score_grads`       dS = d loss / dS for given scores, V and dO, by autograd
-- :func:`ladder`            :func:`flashlib.gradients.gradient_ladder` with the autograd rung
-                            when torch is here, and the sentence in its note when it is not
+- :func:`ladder`            :func:`flashlib.studies.backward.gradient_ladder` with the autograd
+                            rung when torch is here, and the sentence in its note when it is not
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.gradients import LADDER_CASES, LadderCase, gradient_ladder
-from flashlib.masks import causal_mask
+from flashlib.core.masks import causal_mask
+from flashlib.studies.backward import LADDER_CASES, LadderCase, gradient_ladder
 
 __all__ = ["TORCH_MISSING", "torch_available", "attention_grads", "score_grads", "ladder"]
 
@@ -93,8 +93,8 @@ def score_grads(S: np.ndarray, V: np.ndarray, dO: np.ndarray) -> np.ndarray:
 
 
 def ladder(cases: Sequence[LadderCase] = LADDER_CASES, seed: int = 0) -> list[dict[str, Any]]:
-    """:func:`flashlib.gradients.gradient_ladder` with torch autograd as its second rung, or,
-    without torch, that rung empty and :data:`TORCH_MISSING` as its note."""
+    """:func:`flashlib.studies.backward.gradient_ladder` with torch autograd as its second rung,
+    or, without torch, that rung empty and :data:`TORCH_MISSING` as its note."""
     if torch_available():
         return gradient_ladder(cases, autograd=attention_grads, seed=seed)
     rows = gradient_ladder(cases, autograd=None, seed=seed)

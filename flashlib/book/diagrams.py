@@ -192,7 +192,7 @@ def memory_diagram(n: int, d: int, B: int, itemsize: int) -> Diagram:
 
 
 #: The five matrix products of one tile (i, j) of the backward, in the order of
-#: :func:`flashlib.backward.flash2_backward` (the two-pass schedule's passes use some of them).
+#: :func:`flashlib.algorithms.flash2_backward` (the two-pass schedule's passes use some of them).
 BACKWARD_MATMULS = ("S_ij = τ Q_i K_jᵀ", "dV_j += P_ijᵀ dO_i", "dP_ij = dO_i V_jᵀ",
                     "dQ_i += τ dS_ij K_j", "dK_j += τ dS_ijᵀ Q_i")
 
@@ -202,8 +202,9 @@ def backward_diagram(B_r: int, B_c: int, d: int, itemsize: int) -> Diagram:
     ``itemsize`` bytes per element: what FlashAttention-2's program for key block j keeps in
     SRAM (K_j, V_j, dK_j, dV_j for the whole loop; Q_i, dO_i, L_i, D_i, dQ_i streaming in; two
     B_r x B_c tiles), its five matmuls, and dQ_i read and written back to HBM every tile; then
-    the two-pass schedule's programs.  Sizes from :func:`flashlib.io_model.sram_footprint`."""
-    from flashlib.io_model import sram_footprint
+    the two-pass schedule's programs.  Sizes from
+    :func:`flashlib.studies.io_model.sram_footprint`."""
+    from flashlib.studies.io_model import sram_footprint
 
     held = sram_footprint("backward", B_r, B_c, d)
     total = sum(held.values()) * itemsize
@@ -266,8 +267,8 @@ _SHORT = {"float64": "fp64", "float32": "fp32", "float16": "fp16", "bfloat16": "
 
 def precision_diagram(kept: dict[str, str]) -> Diagram:
     """In which format a FlashAttention-2 kernel keeps each number: ``kept`` maps the cast
-    points of :class:`flashlib.precision.Casts` (inputs, S, P, acc, m, l, O, compute) to dtype
-    names, e.g. ``dataclasses.asdict(Casts.flash("bfloat16"))``.  HBM holds Q, K, V and O in
+    points of :class:`flashlib.studies.precision.Casts` (inputs, S, P, acc, m, l, O, compute) to
+    dtype names, e.g. ``dataclasses.asdict(Casts.flash("bfloat16"))``.  HBM holds Q, K, V and O in
     their formats; on chip, the tile S_ij, m_i, l_i and the accumulator O_i stay in theirs, and
     the unnormalised P_ij is rounded to ``kept["P"]`` just before the P V matmul."""
     missing = {"inputs", "S", "P", "acc", "m", "l", "O"} - set(kept)
@@ -499,9 +500,9 @@ def _tile_step(order: str, B_r: int, B_c: int, T: int, tile: tuple[int, int]
     """Run ``order`` on a T B_r x T B_c problem with a counting memory; return the tiles in
     the order computed, what SRAM holds during ``tile`` (from the log's ``held``) and the
     blocks written to HBM between ``tile`` and the next one."""
-    from flashlib.schedule import _random_problem, run_counted  # lazy: numerics, not plots
+    from flashlib.studies.tiling import random_problem, run_counted  # lazy: numerics
 
-    log = run_counted(order, *_random_problem(T * B_r, T * B_c, 2), B_r, B_c).mem.log
+    log = run_counted(order, *random_problem(T * B_r, T * B_c, 2), B_r, B_c).mem.log
     tiles = [(e.i, e.j) for e in log if e.op == "tile"]
     at = next(k for k, e in enumerate(log) if e.op == "tile" and (e.i, e.j) == tile)
     # on-chip arrays are logged by their names ("O_i"), blocks by array and index ("O", 1)
@@ -520,8 +521,8 @@ def tiling_diagram(B_r: int = 2, B_c: int = 2, T: int = 4, tile: tuple[int, int]
     """The two loop orders at one tile (i, j) of a T x T grid of B_r x B_c score tiles: the
     tiles already computed, what SRAM holds during the tile and what goes back to HBM after it,
     each read from the event log of the teaching function run on a counting memory
-    (:func:`flashlib.schedule.run_counted`): Algorithm 1 ("v1") above, FlashAttention-2 ("v2")
-    below."""
+    (:func:`flashlib.studies.tiling.run_counted`): Algorithm 1 ("v1") above, FlashAttention-2
+    ("v2") below."""
     i, j = tile
     if not (0 <= i < T and 0 <= j < T):
         raise ValueError(f"tile: expected (i, j) with 0 <= i, j < T = {T}, got {tile}")

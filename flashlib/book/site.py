@@ -1,6 +1,6 @@
 """Where a chapter runs: executed by the book build for the static website, or live.
 
-The book's Sphinx extension (scripts/book_extension.py) sets ``FLASHLIB_STATIC_WIDGETS=1`` for
+The book's Sphinx extension (tools/book_extension.py) sets ``FLASHLIB_STATIC_WIDGETS=1`` for
 the kernels that execute the chapters.  Then
 
 - :mod:`flashlib.book.widgets` renders its kernel-free HTML (every frame precomputed, or drawn

@@ -41,7 +41,7 @@ follows every frame.
 
 Fast live redraws (interactive_figure): a ``draw`` may build a new figure on every call, but a
 slider move then pays for creating the axes, their ticks and a constrained layout (``python
-scripts/widget_redraw.py`` times every widget of the book on your machine). Instead build the
+tools/widget_redraw.py`` times every widget of the book on your machine). Instead build the
 figure once, outside ``draw``, with fixed axes limits and ticks, and let ``draw`` only update
 its artists (``bar.set_height``, ``line.set_data``, ``text.set_text``, ``ax.set_title``) and
 return that same figure. When ``draw`` returns the figure it returned before, the figure's
@@ -71,7 +71,7 @@ from flashlib.book.plots import (
     text_px,
 )
 from flashlib.book.site import STATIC_ENV, static_site
-from flashlib.measure import median_times
+from flashlib.core.measure import median_times
 
 __all__ = [
     "interactive_figure",

@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from flashlib.constants import LOG2E
+from flashlib.core.constants import LOG2E
 from flashlib.gpu.device import require_kernels
 from flashlib.gpu.grid import cdiv
 

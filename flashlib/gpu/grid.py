@@ -3,7 +3,7 @@
 One program per (query block, batch x head): a grid of ``ceil(n_q / B_r) x (batch * heads)``
 programs.  Program ``i`` loops over the key blocks ``0 .. ceil(hi / B_c)``, where ``hi = n_k``,
 or with a causal mask ``min(n_k, (i + 1) B_r)``: the blocks wholly above the diagonal are
-skipped (numpy's :func:`flashlib.masks.key_stop` in the same role); :func:`tile_map` paints
+skipped (numpy's :func:`flashlib.core.masks.key_stop` in the same role); :func:`tile_map` paints
 it.  Also the block sizes the launcher uses (:func:`configs`); nothing here needs torch or
 triton, so the book's widget and the benchmark's bookkeeping run anywhere.
 """
@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from flashlib._validate import check_int
+from flashlib.core.checks import check_int
 
 __all__ = [
     "MIN_HEAD_DIM",

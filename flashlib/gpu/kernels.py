@@ -1,7 +1,7 @@
 """The Triton kernels: FlashAttention-2 forward and backward, written to be read.
 
 Each kernel is the numpy teaching function of the same name with its outer loop replaced by a
-launch grid: where :func:`flashlib.flash.flash2_forward` says ``for i in range(0, N_q, B_r)``,
+launch grid: where :func:`flashlib.algorithms.flash2_forward` says ``for i in range(0, N_q, B_r)``,
 the GPU starts one *program* per query block (and per batch x head), all at once, and each
 program runs the inner loop over key blocks on its own.  A program works on whole *blocks*
 (tiles) of values: ``tl.load`` of a (B_r, d) block of pointers brings Q_i on chip, ``tl.dot``
@@ -24,7 +24,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from flashlib.constants import LN2, LOG2E
+from flashlib.core.constants import LN2, LOG2E
 
 # Globals a kernel reads must be constexpr (compiled Triton refuses plain Python globals).
 _LN2 = tl.constexpr(LN2)

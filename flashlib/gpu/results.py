@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from flashlib._validate import check_int
+from flashlib.core.checks import check_int
 
 __all__ = ["SCHEMA", "PASSES", "PASS_FACTOR", "PROVENANCE_KEYS", "ROW_KEYS", "attention_flops",
            "tflops", "make_row", "check_results", "load_results", "tflops_by_impl"]

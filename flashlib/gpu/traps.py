@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from flashlib.constants import LN2, LOG2E
+from flashlib.core.constants import LN2, LOG2E
 from flashlib.gpu.device import require_kernels
 
 __all__ = ["interpreter_bf16_dot", "round_to_tf32", "tf32_matmul_error", "lse_to_base2",

@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from flashlib.constants import LOG2E
+from flashlib.core.constants import LOG2E
 from flashlib.gpu import kernels
 from flashlib.gpu.device import Capabilities, require_kernels
 from flashlib.gpu.grid import MAX_HEAD_DIM, MIN_HEAD_DIM, Config, cdiv, configs, head_dim_block

@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from flashlib.book.site import static_site
-from flashlib.measure import call_capturing_warnings
+from flashlib.core.measure import call_capturing_warnings
 
 __all__ = [
     "Feedback",
@@ -153,7 +153,7 @@ def call_learner(fn: Callable[..., Any], *args: Any) -> tuple[Any, list[str]]:
     """Run the learner's ``fn(*args)`` for a checker: ``(result, warnings)``.
 
     ``warnings`` lists every warning raised during the call as ``"Category: message"``
-    (:func:`flashlib.measure.call_capturing_warnings`).  ``NotImplementedError`` (the exercise
+    (:func:`flashlib.core.measure.call_capturing_warnings`).  ``NotImplementedError`` (the exercise
     not attempted yet) raises :class:`NotAttempted`; any other exception raises
     :class:`LearnerError` ``"your function raised Type: message"``.
     """

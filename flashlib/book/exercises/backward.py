@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
+from flashlib.algorithms import safe_softmax
 from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker, fmt
-from flashlib.constants import LN2, LOG2E
-from flashlib.gradients import attention_loss, lse_base2, softmax_vjp
-from flashlib.measure import measure_peak
-from flashlib.naive import naive_attention_backward
-from flashlib.stable_softmax import safe_softmax
+from flashlib.core.constants import LN2, LOG2E
+from flashlib.core.measure import measure_peak
+from flashlib.fast.naive import naive_attention_backward
+from flashlib.studies.backward import attention_loss, lse_base2, softmax_vjp
 
 __all__ = [
     "DELTA_CASES",

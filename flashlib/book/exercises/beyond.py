@@ -13,7 +13,7 @@ import numpy as np
 
 from flashlib import naive_attention
 from flashlib.book.exercises import Feedback, call_learner, checker, shape_problem
-from flashlib.measure import measure_peak
+from flashlib.core.measure import measure_peak
 
 __all__ = ["check_split_kv", "check_grouped_query", "check_kv_grad"]
 

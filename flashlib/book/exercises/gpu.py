@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from flashlib.book.exercises import Feedback, LearnerError, NotAttempted, checker
-from flashlib.constants import LOG2E
+from flashlib.core.constants import LOG2E
 
 __all__ = ["TOLERANCE", "check_online_softmax_step", "check_key_end", "check_visible_keys",
            "triton_stand_ins"]

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from flashlib.book.exercises import Feedback, call_learner, checker, shape_problem
-from flashlib.io_model import traffic
-from flashlib.naive import naive_attention
-from flashlib.stable_softmax import softmax
+from flashlib.fast.naive import naive_attention
+from flashlib.fast.softmax import softmax
+from flashlib.studies.io_model import traffic
 
 __all__ = [
     "check_attention_flops",
@@ -99,8 +99,8 @@ def check_attention_flops(fb: Feedback, fn: Callable[[int, int, int, int], int])
 @checker("HBM traffic of standard attention")
 def check_standard_traffic(fb: Feedback, fn: Callable[[int, int, int, int], int]) -> None:
     """Check ``traffic(n_q, n_k, d, d_v)``: elements Algorithm 0 reads from and writes to HBM
-    (:func:`flashlib.io_model.traffic` ``("standard", ...)``, counted from the algorithm's own
-    run by the tests)."""
+    (:func:`flashlib.studies.io_model.traffic` ``("standard", ...)``, counted from the algorithm's
+    own run by the tests)."""
 
     def want(n_q: int, n_k: int, d: int, d_v: int) -> int:
         return traffic("standard", n_q, n_k, d, d_v=d_v).total

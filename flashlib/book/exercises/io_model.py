@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from flashlib.algorithms import standard_attention
 from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker
 from flashlib.book.exercises.online_softmax import check_merge
-from flashlib.io_model import block_sizes, crossover_M, io_count, traffic
-from flashlib.naive import standard_attention
-from flashlib.online import finalize_partial, partial_attention
-from flashlib.schedule import count_io
+from flashlib.fast.online import finalize_partial, partial_attention
+from flashlib.studies.io_model import block_sizes, crossover_M, io_count, traffic
+from flashlib.studies.tiling import count_io
 
 __all__ = [
     "STANDARD_PROBLEM",
@@ -131,7 +131,7 @@ IO_CASES = [(64, 8, 256), (100, 16, 1000), (100, 16, 100), (257, 4, 300), (50, 8
 @checker("io_count")
 def check_io_count(fb: Feedback, fn: Callable[[int, int, int, str], Any]) -> None:
     """Check ``io_count(N, d, M, order) -> int``, the elements read plus written by "v1" and
-    "v2" with ``flashlib.io_model.block_sizes(M, d, order)``, against a counting memory
+    "v2" with ``flashlib.studies.io_model.block_sizes(M, d, order)``, against a counting memory
     running the teaching functions."""
     for N, d, M in IO_CASES:
         for order in ("v1", "v2"):

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker
-from flashlib.constants import LOG2E
-from flashlib.ladder import RESCALE_THRESHOLD
-from flashlib.masks import causal_tiles
+from flashlib.core.constants import LOG2E
+from flashlib.core.masks import causal_tiles
+from flashlib.studies.ladder import RESCALE_THRESHOLD
 
 __all__ = [
     "check_scores_base2",
@@ -190,7 +190,7 @@ def check_needs_rescale(
 @checker("causal tiles")
 def check_causal_tiles(fb: Feedback, fn: Callable[[int, int, int], tuple[int, int]]) -> None:
     """``fn(n, block_q, block_k)`` -> (computed, masked) tile counts of an n x n top-left
-    causal score matrix, as :func:`flashlib.masks.causal_tiles` (which also returns the
+    causal score matrix, as :func:`flashlib.core.masks.causal_tiles` (which also returns the
     total)."""
     cases = [(4096, 128, 128), (1000, 128, 128), (256, 64, 128), (256, 128, 64), (10, 3, 4),
              (5, 8, 8)]

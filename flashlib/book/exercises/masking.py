@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker, shape_problem
-from flashlib.masks import (
+from flashlib.core.masks import (
     band_tile_class,
     both,
     causal_bottom_right,
@@ -28,7 +28,7 @@ from flashlib.masks import (
     key_padding,
     sliding_window,
 )
-from flashlib.naive import naive_attention
+from flashlib.fast.naive import naive_attention
 
 __all__ = [
     "TILE_CASES",

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker, fmt
-from flashlib.online import (
+from flashlib.fast.online import (
     PartialAttention,
     finalize_partial,
     merge_partials,
@@ -258,7 +258,7 @@ def check_merge_counterexample(fb: Feedback, a: Any, b: Any) -> None:
     """Check two partial states on which :func:`merge_forgetting_acc_rescale` gives a wrong output.
 
     ``a`` and ``b`` are (m, l, acc) states over disjoint keys, for example from
-    :func:`flashlib.partial_attention`.
+    :func:`flashlib.fast.online.partial_attention`.
     """
     try:
         pa, pb = _as_partial(a), _as_partial(b)

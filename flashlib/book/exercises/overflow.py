@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from flashlib.book.exercises import Feedback, call_learner, checker, fmt
-from flashlib.overflow import exp_overflow_threshold
-from flashlib.stable_softmax import softmax
+from flashlib.fast.softmax import softmax
+from flashlib.studies.overflow import exp_overflow_threshold
 
 __all__ = [
     "check_stable_softmax",

@@ -18,14 +18,15 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.accuracy import error_stats
 from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker, fmt
-from flashlib.fp8 import fp8_attention, random_hadamard
-from flashlib.precision import (
+from flashlib.core.accuracy import error_stats
+from flashlib.studies.precision import (
     Casts,
     as_dtype,
     dot,
     flash2_forward_with_casts,
+    fp8_attention,
+    random_hadamard,
     random_inputs,
     round_to,
     standard_attention_with_casts,

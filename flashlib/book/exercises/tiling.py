@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from flashlib.algorithms import standard_attention
 from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker
-from flashlib.io_model import block_counts, paper_block_sizes
-from flashlib.measure import measure_peak
-from flashlib.naive import standard_attention
-from flashlib.schedule import logged_tiles
+from flashlib.core.measure import measure_peak
+from flashlib.studies.io_model import block_counts, paper_block_sizes
+from flashlib.studies.tiling import logged_tiles
 
 __all__ = [
     "FORWARD_CASES",

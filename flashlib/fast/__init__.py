@@ -1,0 +1,31 @@
+"""The library twins of the teaching functions: batched, masked, validated, threaded.
+
+Each function here computes what a teaching function of :mod:`flashlib.algorithms` computes,
+for any batch shape, with the masks (``causal``, ``window``, ``key_lengths``, ``mask``),
+grouped-query heads, careful precision and clear errors on bad input; the tests check each
+one against its teaching function, a float64 reference and PyTorch.
+
+- :mod:`flashlib.fast.softmax`   ``softmax``
+- :mod:`flashlib.fast.online`    the online-softmax API: states, updates, partial states, merges
+- :mod:`flashlib.fast.naive`     ``naive_attention`` and its backward (materialise S and P)
+- :mod:`flashlib.fast.flash_v1`  ``flash_attention_v1`` (Algorithm 1's loop order)
+- :mod:`flashlib.fast.forward`   ``flash_attention`` (FlashAttention-2's order, the fast path)
+- :mod:`flashlib.fast.backward`  ``flash_attention_backward`` (recomputes P tile by tile)
+- :mod:`flashlib.fast.tiles`     what the forward and backward fast paths share: transposed key
+                                 tiles, the clamping floor, the entries a mask hides in a tile
+"""
+
+from flashlib.fast.backward import flash_attention_backward
+from flashlib.fast.flash_v1 import flash_attention_v1
+from flashlib.fast.forward import flash_attention
+from flashlib.fast.naive import naive_attention, naive_attention_backward
+from flashlib.fast.softmax import softmax
+
+__all__ = [
+    "softmax",
+    "naive_attention",
+    "naive_attention_backward",
+    "flash_attention_v1",
+    "flash_attention",
+    "flash_attention_backward",
+]

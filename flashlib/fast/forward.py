@@ -1,0 +1,381 @@
+"""FlashAttention-2 forward, the fast library version: :func:`flash_attention`.
+
+The teaching function is :func:`flashlib.algorithms.flash2_forward` (one head, no mask, as the
+paper writes it); this is its library twin, with every trick described below.
+
+For each block of ``B_r`` query rows the kernel streams over the key/value blocks of ``B_c`` rows,
+keeping only the running row maximum ``m_i``, the running sum ``l_i`` and the unnormalised output
+``acc`` (Dao 2023, Section 3.1).  The division by ``l_i`` happens once, at the end, and only the
+logsumexp ``lse = m + log(l)`` is kept for the backward pass.  No ``(n_q, n_k)`` array is ever
+built: beyond inputs and outputs the memory is one copy of K and O(n) state (O(n d) in all)
+plus a few ``(B_r, B_c)`` tiles per head and worker thread, whatever block sizes are asked for
+(a tile is ``min(block, n)`` on each side).
+
+The tricks GPU kernels use, applied here (the optimisation-ladder chapter measures each one):
+
+- the softmax scale and ``log2(e)`` are folded into Q, so that the cheaper ``exp2`` replaces
+  ``exp`` and no ``(B_r, B_c)`` tile is ever multiplied by the scale;
+- K^T is laid out once as contiguous ``(d + 1, B_c)`` tiles, the layout the matmul reads fastest
+  (a slice of one long ``(d + 1, n_k)`` row has a large, often power-of-two, stride);
+- heads are processed in groups by the same batched matmul, with preallocated tiles and
+  ``out=``;
+- conditional rescaling: the running maximum ``m_i`` is only updated when a tile's row sum of
+  ``exp2(s - m_i)`` gets large, not whenever it grows.  Until then ``m_i`` is a constant, so
+  ``s - m_i`` comes straight out of the ``Q K^T`` matmul: Q gets a column ``-m_i`` and K^T a row
+  of ones, and the max/subtract passes over the tile disappear.  A row sum that grew too large
+  but stayed finite moves ``m_i`` up by a power of two (no second matmul); only an overflow
+  sends the tile through the exact step;
+- the row sums of a tile are a matrix-vector product with ones, ``P @ 1``, which BLAS computes
+  several times faster than ``P.sum(axis=-1)``;
+- no large-logit cliff: numpy's float32 ``exp2`` is 10 to 200 times slower on arguments whose
+  result is not a normal number (below -126: subnormal or zero; ``-inf``), and matmuls and
+  in-place updates on subnormal numbers are several times slower too.  Scores are clamped at
+  -63 (a term of at most 2**-63 against a row sum of at least 1/2: far below rounding), but
+  only where a Cauchy-Schwarz bound on the scores says they can fall that low and a tile's
+  minimum says they do, so ordinary logits pay nothing; masked entries are zeroed after the
+  exponential instead of being set to ``-inf`` before it;
+- key blocks that the causal mask hides entirely are skipped, and a mask is applied only to
+  tiles that straddle the diagonal or hold masked entries;
+- query blocks are independent (FlashAttention-2's parallelism over the sequence): they run on
+  a pool of threads, as many as the BLAS thread limit (flashlib.core.threads).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from flashlib.core import threads as pool
+from flashlib.core.checks import check_float_dtype, check_int
+from flashlib.core.constants import BLOCK_K, BLOCK_Q, LN2, LOG2E, compute_dtype
+from flashlib.core.masks import band_hides, key_range, key_stop
+from flashlib.core.problem import Problem, check_no_overflow, check_problem, results_are_finite
+from flashlib.fast.tiles import (
+    SHORT_ROWS,
+    TILE_BYTES,
+    exp_floor,
+    hidden_entries,
+    max_row_norm,
+    row_max,
+    slow_below,
+    transposed_tiles,
+)
+
+__all__ = ["flash_attention", "run_forward", "workspace_bytes", "STALE_LIMIT", "HEADROOM"]
+
+
+#: Conditional rescaling: a tile computed against a stale running maximum m_i is accepted while
+#: each row's sum of exp2(s - m_i) stays at most 2**16.  Then every term is at most 2**16, far
+#: from float32's overflow at 2**128, and the result equals the always-rescaled one up to
+#: rounding.  A larger finite sum moves m_i up by the power of two just above it (acc and l_i
+#: are scaled by its inverse, exactly); an overflow to inf sends the tile through the exact
+#: step, which updates m_i from the tile's maximum and rescales the accumulator.
+STALE_LIMIT = 2.0**16
+
+
+#: When a row sum exceeds STALE_LIMIT, m_i moves up past the row maximum by this much more (base
+#: 2): the row's terms are then at most 2**-HEADROOM, so that large logits, whose maximum keeps
+#: growing, cross the limit again less often.  The terms stay far above the clamping floor
+#: (2**-63 in float32), so nothing that matters is clamped.
+HEADROOM = 16
+
+
+def workspace_bytes(n_q: int, n_k: int, d: int, dtype: object, *, d_v: int | None = None,
+                    batch: int = 1, block_k: int = BLOCK_K) -> int:
+    """Bytes of the arrays :func:`flash_attention` allocates whose size grows with n.
+
+    For ``batch`` heads of q: (n_q, d), k: (n_k, d), v: (n_k, d_v) (``d_v = d`` by default) in
+    ``dtype``, in the running-statistics dtype :func:`compute_dtype`: the tiles of K^T with a
+    row of ones, (d + 1) x B_c each, ceil(n_k / B_c) of them (B_c = min(block_k, n_k)), and
+    ``lse``, one value per query row; for float16 inputs also the float32 copy of V.  Not
+    counted: the output, and the tiles, whose size depends only on the block sizes: a few
+    (B_r, B_c) tiles per head and worker thread, B_r = min(block_q, n_q).
+    """
+    dt = check_float_dtype(dtype, "dtype")
+    n_q, n_k, d, batch = (check_int(value, name, minimum=0) for name, value in
+                          (("n_q", n_q), ("n_k", n_k), ("d", d), ("batch", batch)))
+    d_v = d if d_v is None else check_int(d_v, "d_v", minimum=0)
+    b_c = min(check_int(block_k, "block_k", minimum=1), n_k)
+    work = compute_dtype(dt)
+    key_columns = -(-n_k // b_c) * b_c if b_c else 0  # n_k rounded up to whole tiles
+    elements = (d + 1) * key_columns + n_q  # K^T tiles and lse
+    if work != dt:
+        elements += n_k * d_v  # v.astype(float32)
+    return int(batch) * int(elements) * work.itemsize
+
+
+class _Tiles(NamedTuple):
+    """One worker's buffers for a group of up to G heads (sliced to the group's size)."""
+
+    q_aug: np.ndarray  # (G, B_r, d + 1): [Q_i * scale * log2(e), -m_i]
+    s: np.ndarray  # (G, B_r, B_c): the score tile, then P~ in place
+    s_t: np.ndarray | None  # (G, B_c, B_r): the tile transposed, for row maxima (B_c <= 128)
+    pv: np.ndarray  # (G, B_r, d_v): one tile's P~ V
+    rows: np.ndarray  # (G, B_r, 1): one tile's row sums
+    ones: np.ndarray  # (B_c, 1)
+    floors: np.ndarray | None  # (G, B_r, B_c) of the clamping floor, when clamping may be
+
+
+def _forward_row_block(
+    q_aug: np.ndarray,
+    k_tiles: np.ndarray,
+    v: np.ndarray,
+    i0: int,
+    heads: slice,
+    offset: int | None,
+    mask: np.ndarray | None,
+    buf: _Tiles,
+    exp: np.ufunc,
+    clamp: bool,
+    v_bound: float,
+    lo: int | None = None,
+    lengths: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One query block of a group of G heads against all the key blocks it may see.
+
+    q_aug: (G, B_r, d + 1): rows of Q times scale * log2(e) (times scale alone with
+    ``exp=np.exp``, the natural-units fallback); the last column is overwritten here with -m_i.
+    k_tiles: (G, n_k / B_c, d + 1, B_c): contiguous tiles of K^T with a last row of ones, so
+    that q_aug @ k_tiles[:, t] = S - m_i.  v: (G, n_k, d_v).  heads: the group's heads among
+    all of them (for an explicit mask).  buf: this worker's tile buffers.
+    clamp: whether scores may fall below the floor of ``exp`` (then tiles whose minimum does
+    are clamped to it).  v_bound: max |v|, to tell when the accumulator could overflow.
+    lo: the sliding window's left edge (row i sees keys j >= i + lo); lengths: (G,) key
+    padding of the group (sequence g sees keys j < lengths[g]), or None.
+    Returns the unnormalised accumulator acc (G, B_r, d_v), l_i and m_i (G, B_r), m_i in the
+    units of ``exp`` (base 2 by default).
+    """
+    n_b, b_r, d = q_aug.shape[0], q_aug.shape[1], q_aug.shape[2] - 1
+    i1 = i0 + b_r
+    n_k, d_v = v.shape[-2:]
+    b_c = k_tiles.shape[-1]
+    dtype = q_aug.dtype
+    floor = exp_floor(dtype, exp)
+    acc_limit = float(np.finfo(dtype).max) / 4
+    m_i = np.full((n_b, b_r), -np.inf, dtype=dtype)  # running max, base-2 units
+    l_i = np.zeros((n_b, b_r), dtype=dtype)  # running sum of exp2(s - m_i)
+    acc = np.zeros((n_b, b_r, d_v), dtype=dtype)  # running sum of exp2(s - m_i) v_j
+    pv, rows = buf.pv[:n_b, :b_r], buf.rows[:n_b, :b_r]
+    l_tile = rows[..., 0]  # one tile's row sums
+    stale_ok = False  # True once every m_i is finite: then -m_i may ride in the matmul
+
+    # only the key blocks that meet [start, stop): the masks hide every other key (empty tiles)
+    start, stop = key_range(i0, i1, n_k, lo, offset,
+                            None if lengths is None else int(lengths.max()))
+    step = max(b_c, 1)
+    for j0 in range(start - start % step, stop, step):
+        t, j1 = j0 // step, min(j0 + b_c, n_k)
+        s, k_j, v_j = buf.s[:n_b, :b_r, : j1 - j0], k_tiles[:, t, :, : j1 - j0], v[:, j0:j1]
+        ones_j = buf.ones[: j1 - j0]
+        hidden = None
+        straddles = band_hides(i0, i1, j0, j1, lo, offset)  # a partial tile of the band
+        if straddles or mask is not None or lengths is not None:
+            hidden = hidden_entries(i0, i1, j0, j1, straddles, offset, mask, heads, lo, lengths)
+            if hidden is not None and hidden.all():
+                continue  # an explicit mask or the padding hides the whole tile
+        if stale_ok:
+            # Fast step: [Q_i, -m_i] @ [K_j^T; 1] = S_ij - m_i, one exp2, one row sum.
+            np.matmul(q_aug, k_j, out=s)
+            if clamp and s.min() < floor:  # no subnormal exp2 results (slow path)
+                np.maximum(s, buf.floors[:n_b, :b_r, : s.shape[-1]], out=s)
+            exp(s, out=s)  # P~_ij against the stale m_i, in place (inf on overflow)
+            if hidden is not None:
+                np.copyto(s, 0, where=hidden)
+            np.matmul(s, ones_j, out=rows)  # row sums, l_tile
+            np.matmul(s, v_j, out=pv)
+            if l_tile.max() <= STALE_LIMIT:  # False for inf and NaN too
+                l_i += l_tile
+                acc += pv
+                continue
+            l_new = l_i + l_tile
+            if (l_new * v_bound <= acc_limit).all():  # finite, and acc + pv cannot overflow
+                # Some row sum grew large: move m_i up by the power of two 2**e > l_i, and by
+                # HEADROOM more, so that the next tiles exceed the limit less often.
+                acc += pv
+                l_i[...] = l_new
+                big = np.nonzero(l_i > STALE_LIMIT)  # those rows only (few, usually)
+                e = (np.frexp(l_i[big])[1] + HEADROOM).astype(dtype)
+                m_old = m_i[big]
+                m_new = m_old + (e if exp is np.exp2 else e * dtype.type(LN2))
+                alpha = exp(m_old - m_new)  # 2**-e (as m_new was rounded)
+                l_i[big] *= alpha
+                acc[big] *= alpha[:, None]
+                m_i[big] = m_new
+                q_aug[..., d][big] = -m_new
+                continue
+            # An overflow: redo this tile with the exact step.
+
+        # Exact step: S_ij, mask, new maximum, rescale the accumulator.
+        np.matmul(q_aug[..., :d], k_j[:, :d], out=s)
+        if hidden is not None:
+            np.copyto(s, -np.inf, where=hidden)
+        m_new = np.maximum(m_i, row_max(s, buf.s_t))
+        # Rows that have seen no visible key yet keep m = -inf; exponentiate them against 0
+        # so that exp2(-inf - (-inf)) never produces a NaN.
+        m_ref = np.where(np.isneginf(m_new), 0, m_new)
+        s -= m_ref[..., None]
+        if hidden is not None or (clamp and s.min() < floor):
+            # -inf and subnormal results take a slow path
+            np.maximum(s, floor if buf.floors is None else buf.floors[:n_b, :b_r, : s.shape[-1]],
+                       out=s)
+        exp(s, out=s)  # P~_ij, in place
+        if hidden is not None:
+            np.copyto(s, 0, where=hidden)
+        alpha = exp(m_i - m_ref)  # rescales what was accumulated against the old max
+        l_i *= alpha
+        np.matmul(s, ones_j, out=rows)
+        l_i += l_tile
+        acc *= alpha[..., None]
+        acc += np.matmul(s, v_j, out=pv)
+        m_i = m_new
+        q_aug[..., d] = -m_ref
+        stale_ok = not np.isneginf(m_new).any()
+
+    return acc, l_i, m_i
+
+
+def flash_attention(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    block_q: int = BLOCK_Q,
+    block_k: int = BLOCK_K,
+    causal: bool | str = False,
+    mask: np.ndarray | None = None,
+    scale: float | None = None,
+    return_lse: bool = False,
+    window: tuple[int | None, int | None] | None = None,
+    key_lengths: np.ndarray | None = None,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Exact attention in the FlashAttention-2 loop order, never building an (n_q, n_k) array.
+
+    q: (..., n_q, d), k: (..., n_k, d), v: (..., n_k, d_v) -> o: (..., n_q, d_v), q's dtype.
+    Grouped-query / multi-query attention: q (..., h_q, n_q, d) with k, v (..., h_kv, n_k, .)
+    and h_q a multiple of h_kv; query head h attends with K/V head h // (h_q // h_kv), as
+    PyTorch SDPA's ``enable_gqa=True`` does; K and V are not copied per query head.
+    block_q, block_k: the tile sizes B_r and B_c (default BLOCK_Q x BLOCK_K, measured: see
+    flashlib.core.constants), honoured as given; a tile is min(block, n) on each side.
+    causal: False, True / "top_left" (row i sees j <= i), "bottom_right" (j <= i + n_k - n_q).
+    mask: boolean, broadcastable to (..., n_q, n_k); True = may attend.
+    window: ``(left, right)``, a sliding window as flash-attn's ``window_size`` (bottom-right
+    aligned; None for no bound on a side): row i sees keys i + n_k - n_q - left <= j <=
+    i + n_k - n_q + right.  key_lengths: integers broadcastable to the batch shape (...,):
+    key padding, sequence b sees keys j < key_lengths[b].  All masks combine (AND); key blocks
+    that the causal mask, the window or the padding hide entirely are skipped.
+    scale: defaults to 1/sqrt(d); kept in the compute dtype (float32 for float16 inputs).
+    return_lse: also return lse = m + log(l): (..., n_q), natural log, at least float32,
+    ``-inf`` for rows that see no key (whose output is 0).
+    Threads: query blocks run in parallel on as many threads as the BLAS thread limit, when
+    the problem and each thread's tiles are large enough for threads to pay (see
+    flashlib.core.threads; ``threadpoolctl.threadpool_limits(1)`` makes this single-threaded, and
+    without threadpoolctl it is); the result does not depend on the thread count.
+    Extra memory beyond inputs and output: O(n d) (:func:`workspace_bytes`) plus a few
+    B_r x B_c tiles per head (of a group of heads, :data:`TILE_BYTES`) and thread.
+    Scores whose base-2 form ``scale * log2(e) * q k^T`` overflows (or values that overflow
+    the unnormalised accumulator) are recomputed in natural units with V scaled by a power of
+    two, giving what :func:`flashlib.naive_attention` gives; scores that overflow the compute
+    dtype even so raise ValueError.
+    """
+    p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale,
+                      blocks=(block_q, block_k), window=window, key_lengths=key_lengths,
+                      gqa=True)
+    o, lse = run_forward(p)
+    o = p.unflatten(o)
+    return (o, p.unflatten(lse)) if return_lse else o
+
+
+def run_forward(p: Problem, workers: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """o (B, n_q, d_v) and lse (B, n_q) of a validated problem, with the overflow fallback;
+    ``workers`` threads (default: :func:`flashlib.threads.worker_count`)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        o, lse = _forward(p, base2=True, workers=workers)
+        if not results_are_finite(o, stats=lse):  # rare: huge scores or values, see the docstring
+            o, lse = _forward(p, base2=False, workers=workers)
+    check_no_overflow(p.dtype, o, stats=lse)
+    return o, lse
+
+
+def _forward(p: Problem, base2: bool, workers: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The tiled forward of a validated problem: o (B, n_q, d_v) in q's dtype and lse (B, n_q).
+
+    base2: fold scale * log2(e) into Q and use exp2 (the fast path).  False: fold the scale
+    alone and use exp, with V divided by a power of two 2^e >= max|v| (exact) and the output
+    multiplied back, so that neither the base-2 scores nor the accumulator can overflow.
+    workers: threads over the (head group, query block) items (default: the BLAS limit).
+    """
+    block_q, block_k = p.block_q, p.block_k
+    dtype = compute_dtype(p.dtype)
+    n_b, n_q, n_k, d, d_v = p.q.shape[0], p.n_q, p.n_k, p.q.shape[-1], p.v.shape[-1]
+    v_max = float(max(np.max(p.v, initial=0.0), -np.min(p.v, initial=0.0)))
+    if base2:
+        q_scale, exp, v, v_exp = dtype.type(float(p.scale) * LOG2E), np.exp2, p.v, 0
+    else:
+        v_exp = int(np.frexp(v_max)[1])  # 2**v_exp > max|v|
+        q_scale, exp, v = p.scale, np.exp, np.ldexp(p.v.astype(dtype), -v_exp)
+        v_max = float(np.ldexp(v_max, -v_exp))
+    v = v.astype(dtype, copy=False)
+    b_r, b_c = min(block_q, n_q), min(block_k, n_k)  # tiles never exceed the problem
+
+    k_tiles = transposed_tiles(p.k, b_c, dtype)  # [K^T; 1]: one O(n d) copy of K
+
+    # Can a score fall low enough for the slow paths?  |s - m_i| <= 2 max|q_i| max|k_j|
+    # (Cauchy-Schwarz), plus the up to log2(n_k) + 1 + HEADROOM by which a moved-up m_i can
+    # exceed the row maximum.  If so, tiles whose minimum is below the floor are clamped.
+    bound = 2 * abs(float(q_scale)) * max_row_norm(p.q) * max_row_norm(p.k)
+    bound = bound * (1 + 1e-3) + math.log2(n_k + 1) + 2 + HEADROOM * (1 if base2 else LN2)
+    clamp = not bound < -slow_below(dtype, exp)
+
+    group = max(1, min(n_b, TILE_BYTES // max(1, b_r * b_c * dtype.itemsize)))
+    g_kv = p.kv_group  # grouped-query attention: a group of heads shares one K/V head
+    if g_kv > 1:
+        group = max(c for c in range(1, min(group, g_kv) + 1) if g_kv % c == 0)
+    o = np.empty((n_b, n_q, d_v), dtype=p.dtype)
+    lse = np.empty((n_b, n_q), dtype=dtype)
+    # Work items: (first head, last head, first query row); the blocks that see the most keys
+    # first, so that the threads finish together.
+    items = [(h0, min(h0 + group, n_b), i0) for i0 in range(0, n_q, block_q)
+             for h0 in range(0, n_b, group)]
+    items.sort(key=lambda it: -key_stop(it[2], min(it[2] + block_q, n_q), n_k, p.offset))
+
+    def setup() -> _Tiles:
+        return _Tiles(
+            q_aug=np.empty((group, b_r, d + 1), dtype=dtype),
+            s=np.empty((group, b_r, b_c), dtype=dtype),
+            s_t=np.empty((group, b_c, b_r), dtype=dtype) if b_c <= SHORT_ROWS else None,
+            pv=np.empty((group, b_r, d_v), dtype=dtype),
+            rows=np.empty((group, b_r, 1), dtype=dtype),
+            ones=np.ones((b_c, 1), dtype=dtype),
+            floors=np.full((group, b_r, b_c), exp_floor(dtype, exp)) if clamp else None,
+        )
+
+    def work(buf: _Tiles, item: tuple[int, int, int]) -> None:
+        h0, h1, i0 = item
+        i1 = min(i0 + block_q, n_q)
+        q_i = buf.q_aug[: h1 - h0, : i1 - i0]
+        np.multiply(p.q[h0:h1, i0:i1], q_scale, out=q_i[..., :d])
+        kv = slice(h0, h1) if g_kv == 1 else slice(h0 // g_kv, h0 // g_kv + 1)  # broadcast
+        acc, l_i, m_i = _forward_row_block(
+            q_i, k_tiles[kv], v[kv], i0, slice(h0, h1), p.offset, p.mask, buf, exp,
+            clamp, v_max, p.lo, None if p.key_lengths is None else p.key_lengths[h0:h1])
+        seen = l_i > 0  # False for rows that see no key: output 0, lse -inf
+        np.divide(acc, l_i[..., None], out=acc, where=seen[..., None])
+        if v_exp:
+            acc = np.ldexp(acc, v_exp)  # undo the scaling of V (exact)
+        o[h0:h1, i0:i1] = acc
+        lse_i = lse[h0:h1, i0:i1]
+        lse_i.fill(-np.inf)
+        if base2:
+            np.log2(l_i, out=lse_i, where=seen)
+            lse_i += m_i
+            lse_i *= LN2  # back from base 2 to natural log
+        else:
+            np.log(l_i, out=lse_i, where=seen)
+            lse_i += m_i
+
+    work_size = float(n_b) * n_q * n_k * (d + d_v)
+    threads = pool.workers_for(work_size, len(items), workers, tile=group * b_r * b_c)
+    pool.run_items(work, items, threads, setup)
+    return o, lse

@@ -1,0 +1,99 @@
+"""The checkers of the chapter "Beyond FlashAttention-1" (flashlib.book.exercises.beyond)
+accept a right answer, survive a crashing or unattempted one, and recognise the common wrong
+ones."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flashlib import flash_attention
+from flashlib.book.exercises import NOT_ATTEMPTED
+from flashlib.book.exercises import beyond as bx
+from tests.helpers import assert_fails_with, crashing, not_attempted, text
+
+
+def common(check):
+    assert check(not_attempted).problems == [NOT_ATTEMPTED]
+    assert_fails_with(check(crashing), "your function raised")
+
+
+def test_kv_grad():
+    def right(x, h_kv):
+        *lead, h_q, n, c = x.shape
+        return x.reshape(*lead, h_kv, h_q // h_kv, n, c).sum(axis=-3)
+
+    def mean(x, h_kv):
+        *lead, h_q, n, c = x.shape
+        return x.reshape(*lead, h_kv, h_q // h_kv, n, c).mean(axis=-3)
+
+    def interleaved(x, h_kv):
+        *lead, h_q, n, c = x.shape
+        return x.reshape(*lead, h_q // h_kv, h_kv, n, c).sum(axis=-4)
+
+    def first(x, h_kv):
+        return x[..., :: x.shape[-3] // h_kv, :, :]
+
+    assert bx.check_kv_grad(right).passed
+    assert_fails_with(bx.check_kv_grad(mean), "sum, not mean")
+    assert_fails_with(bx.check_kv_grad(interleaved), "consecutive")
+    assert_fails_with(bx.check_kv_grad(first), "add them all")
+    assert_fails_with(bx.check_kv_grad(lambda x, h: x), "has shape")
+    common(bx.check_kv_grad)
+
+
+def _split_kv(q, K, V, n_splits, merge="lse"):
+    size = -(-len(K) // n_splits)
+    outs, lses = zip(*(flash_attention(q, K[s:s + size], V[s:s + size], return_lse=True)
+                       for s in range(0, len(K), size)), strict=True)
+    O, L = np.stack(outs), np.stack(lses)  # (S, n_q, d_v), (S, n_q)
+    if merge == "mean":
+        return O.mean(axis=0)
+    if merge == "raw":
+        w = np.exp(L)
+        return (w[..., None] * O).sum(0) / w.sum(0)[:, None]
+    L_all = np.logaddexp.reduce(L, axis=0)
+    return (np.exp(L - L_all)[..., None] * O).sum(axis=0)
+
+
+def test_split_kv():
+    fb = bx.check_split_kv(_split_kv)
+    assert fb.passed, text(fb)
+    assert_fails_with(bx.check_split_kv(lambda *a: _split_kv(*a, merge="mean")), "averaged")
+    assert_fails_with(bx.check_split_kv(lambda *a: _split_kv(*a, merge="raw")),
+                      "exp(L_s - L)")
+    assert_fails_with(bx.check_split_kv(lambda q, K, V, s: _split_kv(q, K, V, s)[0]),
+                      "has shape")
+    common(bx.check_split_kv)
+
+
+def _gqa(q, k, v, order="group"):
+    *lead, h_q, n_q, d = q.shape
+    h_kv = k.shape[-3]
+    if order == "repeat":
+        g = h_q // h_kv
+        k, v = np.repeat(k, g, axis=-3), np.repeat(v, g, axis=-3)
+        s = q @ k.swapaxes(-1, -2) / np.sqrt(d)
+    elif order == "tile":
+        g = h_q // h_kv
+        reps = [1] * k.ndim
+        reps[-3] = g
+        k, v = np.tile(k, reps), np.tile(v, reps)
+        s = q @ k.swapaxes(-1, -2) / np.sqrt(d)
+    else:
+        q = q.reshape(*lead, h_kv, h_q // h_kv, n_q, d)
+        k, v = k[..., None, :, :], v[..., None, :, :]
+        s = q @ k.swapaxes(-1, -2) / np.sqrt(d)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    return (p @ v).reshape(*lead, h_q, n_q, v.shape[-1])
+
+
+def test_grouped_query():
+    fb = bx.check_grouped_query(_gqa)
+    assert fb.passed, text(fb)
+    assert_fails_with(bx.check_grouped_query(lambda *a: _gqa(*a, order="repeat")),
+                      "as much as K and V repeated")
+    assert_fails_with(bx.check_grouped_query(lambda *a: _gqa(*a, order="tile")), "h % h_kv")
+    assert_fails_with(bx.check_grouped_query(lambda q, k, v: _gqa(q, k, v)[..., 0, :]),
+                      "has shape")
+    common(bx.check_grouped_query)

@@ -1,0 +1,276 @@
+"""The checkers of the overflow and online-softmax chapters accept a right answer and reject
+typical wrong ones, specifically (flashlib.book.exercises.overflow and .online_softmax)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flashlib.book.exercises import online_softmax as ol
+from flashlib.book.exercises import overflow as ov
+from flashlib.fast.online import PartialAttention, merge_partials, partial_attention
+from flashlib.studies.overflow import exp_overflow_threshold
+from tests.helpers import assert_fails_with, not_attempted, text
+
+# ---- stable softmax -------------------------------------------------------------------------
+
+def good_softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def test_stable_softmax_accepts_correct():
+    fb = ov.check_stable_softmax(good_softmax)
+    assert fb.passed and bool(fb), text(fb)
+    assert "PASSED" in text(fb)
+
+
+def test_stable_softmax_rejects_naive():
+    fb = ov.check_stable_softmax(lambda x: np.exp(x) / np.exp(x).sum(axis=-1, keepdims=True))
+    assert_fails_with(fb, "returns NaN for x = [1000, 0]", "subtract the max first")
+    assert "underflows to 0" in text(fb)
+
+
+def test_stable_softmax_rejects_global_sum():
+    def wrong_axis(x):
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        return e / e.sum()
+
+    assert_fails_with(ov.check_stable_softmax(wrong_axis), "normalise along the last axis")
+
+
+def test_stable_softmax_rejects_promotion_and_errors():
+    def promoting(x):
+        return good_softmax(x.astype(np.float64))
+
+    assert_fails_with(ov.check_stable_softmax(promoting), "returns float64 for a float32 input")
+
+    def crashing(x):
+        raise IndexError("boom")
+
+    assert_fails_with(ov.check_stable_softmax(crashing), "raised IndexError: boom")
+    assert_fails_with(ov.check_stable_softmax(not_attempted), "not attempted yet")
+
+
+# ---- overflow threshold ---------------------------------------------------------------------
+
+def test_overflow_threshold_accepts_number_and_function():
+    assert ov.check_overflow_threshold(exp_overflow_threshold(np.float16)).passed
+    assert ov.check_overflow_threshold(exp_overflow_threshold).passed
+    assert ov.check_overflow_threshold(88.72283172607422, "float32").passed
+
+
+def test_overflow_threshold_rejects_log_max_rounded_up_and_too_small():
+    log_max16 = float(np.log(np.finfo(np.float16).max))  # rounds up in float16
+    assert_fails_with(ov.check_overflow_threshold(log_max16), "too large", "is inf in float16")
+    assert_fails_with(ov.check_overflow_threshold(11.0), "too small")
+    assert_fails_with(ov.check_overflow_threshold(lambda dt: float(np.log(np.finfo(dt).max))),
+                      "float16: too large")
+    assert_fails_with(ov.check_overflow_threshold("eleven"), "expected a number")
+    assert_fails_with(ov.check_overflow_threshold(not_attempted), "not attempted yet")
+
+
+# ---- memory of S ----------------------------------------------------------------------------
+
+def test_score_bytes():
+    assert ov.check_score_bytes(lambda n, dt: n * n * np.dtype(dt).itemsize).passed
+    assert_fails_with(ov.check_score_bytes(lambda n, dt: n * n), "number of elements")
+    assert_fails_with(ov.check_score_bytes(lambda n, dt: n * n * 4), "assumes 4 bytes")
+    # a fixed 4 bytes equals "S and P together" on the float16 cases: diagnosed on every case
+    assert "S and P" not in str(ov.check_score_bytes(lambda n, dt: n * n * 4))
+    assert_fails_with(ov.check_score_bytes(lambda n, dt: 8 * n * n * np.dtype(dt).itemsize),
+                      "in bits")
+    assert_fails_with(ov.check_score_bytes(lambda n, dt: 2 * n * n * np.dtype(dt).itemsize),
+                      "S and P together")
+    assert_fails_with(ov.check_score_bytes(lambda n, dt: n * np.dtype(dt).itemsize), "one row")
+    assert_fails_with(ov.check_score_bytes(lambda n, dt: n * n * dt.itemsize), "np.dtype(dtype)")
+
+
+# ---- promotion ------------------------------------------------------------------------------
+
+def test_scale_keeps_dtype():
+    assert ov.check_scale_keeps_dtype(lambda s, d: s / s.dtype.type(np.sqrt(d))).passed
+    assert ov.check_scale_keeps_dtype(lambda s, d: s * s.dtype.type(1 / np.sqrt(d))).passed
+    assert_fails_with(ov.check_scale_keeps_dtype(lambda s, d: s / np.sqrt(d)),
+                      "returns float64, not float32", "NEP 50")
+    assert_fails_with(ov.check_scale_keeps_dtype(lambda s, d: s / s.dtype.type(d)),
+                      "values differ")
+
+    def in_place(s, d):
+        s /= s.dtype.type(np.sqrt(d))
+        return s
+
+    assert_fails_with(ov.check_scale_keeps_dtype(in_place), "in place")
+
+
+# ---- online update --------------------------------------------------------------------------
+
+def good_update(m, l, x):  # noqa: E741
+    m_new = max(m, x)
+    if m_new == -np.inf:
+        return m_new, 0.0
+    return m_new, l * np.exp(m - m_new) + np.exp(x - m_new)
+
+
+def test_online_update_accepts_correct():
+    fb = ol.check_online_update(good_update)
+    assert fb.passed, text(fb)
+    assert "two-pass" in text(fb)
+
+
+def test_online_update_rejects_typical_bugs():
+    def no_rescale(m, l, x):  # noqa: E741
+        m_new = max(m, x)
+        return m_new, (l + np.exp(x - m_new)) if m_new > -np.inf else 0.0
+
+    assert_fails_with(ol.check_online_update(no_rescale), "forgot to rescale the old sum")
+
+    def upside_down(m, l, x):  # noqa: E741
+        m_new = max(m, x)
+        if m_new == -np.inf:
+            return m_new, 0.0
+        return m_new, l * np.exp(m_new - m) + np.exp(x - m_new)
+
+    assert_fails_with(ol.check_online_update(upside_down), "upside down")
+
+    def unguarded(m, l, x):  # noqa: E741
+        m_new = max(m, x)
+        return m_new, l * np.exp(m - m_new) + np.exp(x - m_new)
+
+    fb = ol.check_online_update(unguarded)
+    assert_fails_with(fb, "got NaN", "keep l = 0")
+    assert_fails_with(ol.check_online_update(lambda m, l, x: (m, l)), "m_new = max(m, x)")  # noqa: E741
+    assert_fails_with(ol.check_online_update(lambda m, l, x: m), "return a pair")  # noqa: E741
+    assert_fails_with(ol.check_online_update(not_attempted), "not attempted yet")
+
+
+def update_failing_on_stream(kind):
+    """An update right on the five small cases (whose m is at most 2 or at least 1000) that
+    misbehaves on the stream of STREAM_LENGTH values around 500."""
+    def update(m, l, x):  # noqa: E741
+        if 100 < m < 900:
+            if kind == "raise":
+                raise ZeroDivisionError("boom on the stream")
+            if kind == "none":
+                return None
+            if kind == "warn":
+                np.float64(1e308) * np.float64(10.0)  # RuntimeWarning: overflow
+        return good_update(m, l, x)
+    return update
+
+
+@pytest.mark.parametrize(("kind", "phrase"), [
+    ("raise", "your function raised ZeroDivisionError: boom on the stream"),
+    ("none", "return a pair (m_new, l_new), got None"),
+    ("warn", "numpy warned 'RuntimeWarning: overflow"),
+])
+def test_online_update_reports_errors_on_the_stream(kind, phrase):
+    fb = ol.check_online_update(update_failing_on_stream(kind))
+    assert_fails_with(fb, f"a stream of {ol.STREAM_LENGTH} values around 500", phrase)
+    assert "first value" in text(fb)  # the small cases passed; only the stream failed
+    assert len(fb.problems) == 1  # stops at the first bad step
+
+
+# ---- merge ----------------------------------------------------------------------------------
+
+def test_merge_accepts_flashlib_merge():
+    fb = ol.check_merge(merge_partials)
+    assert fb.passed, text(fb)
+
+
+def test_merge_rejects_forgotten_acc_rescale():
+    assert_fails_with(ol.check_merge(ol.merge_forgetting_acc_rescale), "forgot to rescale acc")
+
+
+def test_merge_rejects_other_bugs():
+    def no_l_rescale(a, b):
+        p = merge_partials(a, b)
+        return p.m, a.l + b.l, p.acc
+
+    assert_fails_with(ol.check_merge(no_l_rescale), "added l_a + l_b without rescaling")
+
+    def half_rescaled(a, b):
+        p = merge_partials(a, b)
+        return p.m, p.l, a.acc * np.exp(a.m - p.m)[:, None] + b.acc
+
+    assert_fails_with(ol.check_merge(half_rescaled), "acc_b is not rescaled")
+
+    def normalised(a, b):
+        p = merge_partials(a, b)
+        return p.m, p.l, p.acc / p.l[:, None]
+
+    assert_fails_with(ol.check_merge(normalised), "keep acc unnormalised")
+
+    def min_max(a, b):
+        p = merge_partials(a, b)
+        return np.minimum(a.m, b.m), p.l, p.acc
+
+    assert_fails_with(ol.check_merge(min_max), "expected max(m_a, m_b)")
+
+    def unguarded(a, b):
+        m = np.maximum(a.m, b.m)
+        x, y = np.exp(a.m - m), np.exp(b.m - m)
+        return m, a.l * x + b.l * y, a.acc * x[:, None] + b.acc * y[:, None]
+
+    assert_fails_with(ol.check_merge(unguarded), "merge(empty, empty) gives NaN")
+
+    def lopsided(a, b):
+        return merge_partials(a, b) if a.m[0] >= b.m[0] else merge_partials(a, a)
+
+    assert_fails_with(ol.check_merge(lopsided), "expected max(m_a, m_b)")
+
+    def asymmetric(a, b):  # right for merge(a, b), wrong for merge(b, a)
+        return merge_partials(a, b) if a.m[0] <= b.m[0] else merge_partials(a, a)
+
+    assert_fails_with(ol.check_merge(asymmetric), "the merge must be symmetric")
+    assert_fails_with(ol.check_merge(not_attempted), "not attempted yet")
+
+
+# ---- empty state ----------------------------------------------------------------------------
+
+def test_empty_partial():
+    def good(n_q, d_v):
+        return PartialAttention(np.full(n_q, -np.inf), np.zeros(n_q), np.zeros((n_q, d_v)))
+
+    assert ol.check_empty_partial(good).passed
+    assert_fails_with(ol.check_empty_partial(
+        lambda n, d: (np.zeros(n), np.zeros(n), np.zeros((n, d)))), "use -inf")
+    assert_fails_with(ol.check_empty_partial(
+        lambda n, d: (np.full(n, -np.inf), np.ones(n), np.zeros((n, d)))), "so l = 0")
+    assert_fails_with(ol.check_empty_partial(
+        lambda n, d: (np.full(n, -np.inf), np.zeros(n), np.ones((n, d)))), "all zeros")
+    assert_fails_with(ol.check_empty_partial(
+        lambda n, d: (np.full(n, -np.inf), np.zeros(n), np.zeros((d, n)))), "shapes")
+    assert_fails_with(ol.check_empty_partial(not_attempted), "not attempted yet")
+
+
+# ---- counterexample -------------------------------------------------------------------------
+
+def test_merge_counterexample():
+    rng = np.random.default_rng(0)
+    v = rng.standard_normal((4, 3))
+    a = partial_attention(np.array([[0.0, 1.0]]), v[:2])
+    b = partial_attention(np.array([[5.0, 2.0]]), v[2:])
+    assert ol.check_merge_counterexample(a, b).passed
+    same = partial_attention(np.array([[1.0, 0.0]]), v[2:])
+    assert_fails_with(ol.check_merge_counterexample(a, same), "same maximum")
+    zero = partial_attention(np.array([[5.0, 2.0]]), np.zeros((2, 3)))
+    zero_a = partial_attention(np.array([[0.0, 1.0]]), np.zeros((2, 3)))
+    assert_fails_with(ol.check_merge_counterexample(zero_a, zero), "values (acc) zero")
+    assert_fails_with(ol.check_merge_counterexample(a, "b"), "pass two states")
+    wide = partial_attention(np.zeros((2, 2)), v[:2])
+    assert_fails_with(ol.check_merge_counterexample(a, wide), "same queries")
+
+
+@pytest.mark.parametrize(("checker", "fn"), [
+    *[(checker, lambda *args: None)
+      for checker in (ov.check_stable_softmax, ol.check_online_update, ol.check_merge,
+                      ol.check_empty_partial, ov.check_score_bytes, ov.check_scale_keeps_dtype,
+                      ov.check_overflow_threshold)],
+    (ov.check_overflow_threshold, lambda dtype: 1 / 0),
+    *[(ol.check_online_update, update_failing_on_stream(kind))
+      for kind in ("raise", "none", "warn")],
+])
+def test_checkers_report_without_raising(checker, fn):
+    fb = checker(fn)
+    assert not fb.passed and "NOT YET" in text(fb)

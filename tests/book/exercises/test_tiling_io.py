@@ -1,0 +1,287 @@
+"""The checkers of the tiling and IO-model chapters (flashlib.book.exercises.tiling and
+.io_model) accept a right answer, survive a crashing or unattempted one, and recognise the
+common wrong ones, saying in one line what went wrong."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from flashlib.book.exercises import NOT_ATTEMPTED
+from flashlib.book.exercises import io_model as ix
+from flashlib.book.exercises import tiling as tx
+from flashlib.fast.online import merge_partials
+from flashlib.studies.io_model import block_sizes, crossover_M
+from tests.helpers import assert_fails_with, crashing, not_attempted, text
+
+# ---- the FlashAttention-2 forward ----------------------------------------------------------
+
+def make_forward(rescale_O=True, rescale_l=True, divide=True, scale=True, ragged=True,
+                 whole_S=False, with_L=True):
+    def fwd(Q, K, V, B_r, B_c):
+        N_q, N_k = Q.shape[0], K.shape[0]
+        tau = 1 / math.sqrt(Q.shape[1]) if scale else 1.0
+        if whole_S:
+            S = tau * (Q @ K.T)  # the (N, N) matrix the probe must catch
+            P = np.exp(S - S.max(axis=1, keepdims=True))
+            return P @ V / P.sum(axis=1, keepdims=True)
+        O, L = np.zeros((N_q, V.shape[1])), np.zeros(N_q)
+        stop_q = N_q if ragged else N_q - N_q % B_r
+        for i in range(0, stop_q, B_r):
+            Q_i = Q[i : i + B_r]
+            O_i, l_i = np.zeros((len(Q_i), V.shape[1])), np.zeros(len(Q_i))
+            m_i = np.full(len(Q_i), -np.inf)
+            for j in range(0, N_k, B_c):
+                S = tau * (Q_i @ K[j : j + B_c].T)
+                m_new = np.maximum(m_i, S.max(axis=1))
+                P = np.exp(S - m_new[:, None])
+                alpha = np.exp(m_i - m_new)
+                l_i = (alpha if rescale_l else 1) * l_i + P.sum(axis=1)
+                O_i = (alpha[:, None] if rescale_O else 1) * O_i + P @ V[j : j + B_c]
+                m_i = m_new
+            O[i : i + B_r] = O_i / l_i[:, None] if divide else O_i
+            L[i : i + B_r] = m_i + np.log(l_i)
+        return (O, L) if with_L else O
+    return fwd
+
+
+def test_flash2_forward_accepts_right_answers():
+    fb = tx.check_flash2_forward(make_forward())
+    assert fb.passed, text(fb)
+    assert "no (N, N) array" in text(fb)
+    assert tx.check_flash2_forward(make_forward(with_L=False)).passed
+
+
+def test_flash2_forward_not_attempted_and_crashing():
+    fb = tx.check_flash2_forward(not_attempted)
+    assert fb.problems == [NOT_ATTEMPTED]
+    assert_fails_with(tx.check_flash2_forward(crashing), "your function raised ValueError: oops")
+
+
+@pytest.mark.parametrize(("kwargs", "phrase"), [
+    (dict(rescale_O=False), "O_i is not rescaled"),
+    (dict(rescale_l=False), "l_i is not rescaled"),
+    (dict(rescale_O=False, rescale_l=False), "neither O_i nor l_i is rescaled"),
+    (dict(divide=False), "never divided by l_i"),
+    (dict(scale=False), "not scaled"),
+    (dict(ragged=False), "the last, shorter block is skipped"),
+])
+def test_flash2_forward_recognises_the_usual_mistakes(kwargs, phrase):
+    assert_fails_with(tx.check_flash2_forward(make_forward(**kwargs)), phrase)
+
+
+def test_flash2_forward_memory_probe_catches_the_whole_score_matrix():
+    assert_fails_with(tx.check_flash2_forward(make_forward(whole_S=True)),
+                      "as much as an (N, N) matrix")
+
+
+def test_flash2_forward_wrong_shapes_and_L():
+    assert_fails_with(tx.check_flash2_forward(lambda Q, K, V, a, b: np.zeros(3)),
+                      "O has shape (3,), expected (N_q, d_v)")
+    good = make_forward()
+    assert_fails_with(tx.check_flash2_forward(lambda *a: (good(*a)[0], good(*a)[1] + 1)),
+                      "L is not the logsumexp")
+
+
+# ---- the tile schedule ---------------------------------------------------------------------
+
+def tile_schedule(n_q, n_k, B_r, B_c, order):
+    T_r, T_c = -(-n_q // B_r), -(-n_k // B_c)
+    if order == "v1":
+        return [(i, j) for j in range(T_c) for i in range(T_r)]
+    return [(i, j) for i in range(T_r) for j in range(T_c)]
+
+
+def test_tile_schedule_accepts_right_answer():
+    fb = tx.check_tile_schedule(tile_schedule)
+    assert fb.passed, text(fb)
+
+
+@pytest.mark.parametrize(("fn", "phrase"), [
+    (lambda a, b, r, c, o: tile_schedule(a, b, r, c, "v2" if o == "v1" else "v1"),
+     "that is the other order"),
+    (lambda a, b, r, c, o: [(i, j) for j in range(b // c) for i in range(a // r)] if o == "v1"
+     else [(i, j) for i in range(a // r) for j in range(b // c)], "ragged last blocks"),
+    (lambda *a: [(j, i) for i, j in tile_schedule(*a)], "the pairs are (j, i)"),
+    (lambda a, b, r, c, o: [(i * r, j * c) for i, j in tile_schedule(a, b, r, c, o)],
+     "first rows, not block indices"),
+    (lambda *a: [(i + 1, j + 1) for i, j in tile_schedule(*a)], "count blocks from 0"),
+    (lambda *a: sorted(tile_schedule(*a), key=lambda t: (t[1] * 7 + t[0]) % 5),
+     "right tiles in the wrong order"),
+    (lambda *a: 42, "return a list of (i, j) pairs"),
+    (crashing, "your function raised ValueError"),
+])
+def test_tile_schedule_recognises_the_usual_mistakes(fn, phrase):
+    assert_fails_with(tx.check_tile_schedule(fn), phrase)
+
+
+def test_tile_schedule_cases_include_ragged_tails():
+    assert any(n_q % B_r and n_k % B_c for n_q, n_k, B_r, B_c in tx.SCHEDULE_CASES)
+    assert tx.check_tile_schedule(not_attempted).problems == [NOT_ATTEMPTED]
+
+
+# ---- writes of O ---------------------------------------------------------------------------
+
+def o_writes(N, B_r, B_c, order, *, ceil=True, init=False):
+    T_r = -(-N // B_r) if ceil else N // B_r
+    T_c = -(-N // B_c) if ceil else N // B_c
+    return T_r * T_c + init if order == "v1" else T_r
+
+
+def test_o_writes():
+    p = tx.O_WRITES_PROBLEM
+    assert (p["N"], p["B_r"], p["B_c"]) == tx.O_WRITES_CASES[0]
+    fb = tx.check_o_writes(o_writes)
+    assert fb.passed, text(fb)
+    assert "v1, N = 1000, B_r = 64, B_c = 128: 128 block writes" in text(fb)
+    assert "v2, N = 1000, B_r = 64, B_c = 128: 16 block writes" in text(fb)
+    assert tx.check_o_writes(lambda *a: np.int64(o_writes(*a))).passed
+    assert_fails_with(tx.check_o_writes(lambda N, r, c, o: o_writes(N, r, c, "v2")),
+                      "FlashAttention-2's count")
+    assert_fails_with(tx.check_o_writes(lambda N, r, c, o: o_writes(N, r, c, "v1")),
+                      "v2, N = 1000", "that is Algorithm 1's count")
+    assert_fails_with(tx.check_o_writes(lambda N, r, c, o: -(-N // c)), "inside the loop over j")
+    assert_fails_with(tx.check_o_writes(lambda *a: o_writes(*a, init=a[3] == "v1")),
+                      "initialisation writes O whole")
+    assert_fails_with(tx.check_o_writes(lambda *a: o_writes(*a, ceil=False)), "ceil(N / B)")
+    fb = tx.check_o_writes(lambda *a: o_writes(*a, ceil=a[3] == "v1"))
+    assert_fails_with(fb, "ceil(N / B_r) query blocks")
+    assert_fails_with(tx.check_o_writes(lambda *a: 7), "T_r = ceil")
+    assert_fails_with(tx.check_o_writes(lambda *a: "many"), "return a number")
+    assert tx.check_o_writes(not_attempted).problems == [NOT_ATTEMPTED]
+
+
+# ---- block sizes and the cap ---------------------------------------------------------------
+
+def test_block_sizes():
+    def right(M, d):
+        B_c = math.ceil(M / (4 * d))
+        return min(B_c, d), B_c
+
+    assert tx.check_block_sizes(right).passed
+    assert_fails_with(tx.check_block_sizes(lambda M, d: right(M, d)[::-1]), "swapped")
+    assert_fails_with(tx.check_block_sizes(lambda M, d: (min(M // (4 * d), d), M // (4 * d))),
+                      "rounded up, not down")
+    assert_fails_with(tx.check_block_sizes(lambda M, d: (right(M, d)[1], right(M, d)[1])),
+                      "B_r is capped")
+    assert_fails_with(tx.check_block_sizes(lambda M, d: (d, right(M, d)[1])),
+                      "when B_c < d, B_r = B_c")
+    assert_fails_with(tx.check_block_sizes(lambda M, d: (min(M / (4 * d), d), M / (4 * d))),
+                      "round M / 4d up")
+    assert_fails_with(tx.check_block_sizes(lambda M, d: tuple(float(x) for x in right(M, d))),
+                      "give integers")
+    assert_fails_with(tx.check_block_sizes(lambda M, d: 3), "return a pair (B_r, B_c)")
+    assert_fails_with(tx.check_block_sizes(crashing), "your function raised")
+    assert tx.check_block_sizes(not_attempted).problems == [NOT_ATTEMPTED]
+
+
+def test_cap_reason():
+    assert tx.check_cap_reason("a").passed and tx.check_cap_reason("(A)").passed
+    assert_fails_with(tx.check_cap_reason("b"), "does not depend on B_r")
+    assert_fails_with(tx.check_cap_reason("c"), "nothing requires B_r to divide d")
+    assert_fails_with(tx.check_cap_reason("d"), "B_r x B_c score tile")
+    assert_fails_with(tx.check_cap_reason("z"), "one of the letters")
+    assert_fails_with(tx.check_cap_reason(None), "not attempted yet")
+    assert tx.check_cap_reason(lambda: "a").passed
+    assert_fails_with(tx.check_cap_reason(lambda: "b"), "does not depend on B_r")
+    assert tx.check_cap_reason(not_attempted).problems == [NOT_ATTEMPTED]
+
+
+# ---- Algorithm 0's count -------------------------------------------------------------------
+
+def test_standard_count():
+    N, d = ix.STANDARD_PROBLEM["N"], ix.STANDARD_PROBLEM["d"]
+    assert ix.check_standard_count(4 * N * N + 4 * N * d).passed
+    assert ix.check_standard_count(lambda N, d: 4 * N * N + 4 * N * d).passed
+    assert_fails_with(ix.check_standard_count(2 * N * N + 4 * N * d), "four N^2 transfers")
+    assert_fails_with(ix.check_standard_count(lambda N, d: 4 * N * d), "no N^2 term")
+    assert_fails_with(ix.check_standard_count(3 * N * N + 4 * N * d), "one of the four N^2")
+    assert_fails_with(ix.check_standard_count(2 * N * N + 3 * N * d), "the reads only")
+    assert_fails_with(ix.check_standard_count(2 * (4 * N * N + 4 * N * d)), "bytes in fp16")
+    assert_fails_with(ix.check_standard_count(12345), "go line by line")
+    assert_fails_with(ix.check_standard_count("lots"), "give a number")
+    assert_fails_with(ix.check_standard_count(crashing), "your function raised")
+    assert_fails_with(ix.check_standard_count(None), "not attempted yet")
+    assert ix.check_standard_count(not_attempted).problems == [NOT_ATTEMPTED]
+
+
+# ---- io_count ------------------------------------------------------------------------------
+
+def io_count(N, d, M, order, *, init=True, lm=True, ceil=True, reads_only=False):
+    B_r, B_c = block_sizes(M, d, order)
+    T_r = -(-N // B_r) if ceil else N // B_r
+    T_c = -(-N // B_c) if ceil else N // B_c
+    if order == "v1":
+        reads = 2 * N * d + T_c * N * (2 * d + (2 if lm else 0))
+        writes = T_c * N * (d + (2 if lm else 0)) + (N * (d + (2 if lm else 0)) if init else 0)
+    else:
+        reads = N * d + T_r * 2 * N * d
+        writes = N * d + N
+    return reads if reads_only else reads + writes
+
+
+def test_io_count_accepts_the_right_formula():
+    fb = ix.check_io_count(io_count)
+    assert fb.passed, text(fb)
+
+
+@pytest.mark.parametrize(("fn", "phrase"), [
+    (lambda N, d, M, o: io_count(N, d, M, o, init=False), "initialised in HBM first"),
+    (lambda N, d, M, o: io_count(N, d, M, o, lm=False, init=o == "v1"), "l and m move too"),
+    (lambda N, d, M, o: io_count(N, d, M, o, ceil=False), "the last, shorter one counts"),
+    (lambda N, d, M, o: io_count(N, d, M, "v2" if o == "v1" else "v1"), "the other order"),
+    (lambda N, d, M, o: io_count(N, d, M, o, reads_only=True), "the reads only"),
+    (lambda N, d, M, o: 2 * io_count(N, d, M, o), "bytes in fp16"),
+    (lambda N, d, M, o: 7, "the counting memory moved"),
+    (lambda N, d, M, o: "a lot", "return a number"),
+    (crashing, "your function raised"),
+])
+def test_io_count_recognises_the_usual_mistakes(fn, phrase):
+    assert_fails_with(ix.check_io_count(fn), phrase)
+
+
+def test_io_count_v2_without_L():
+    def no_L(N, d, M, o):
+        return io_count(N, d, M, o) - (N if o == "v2" else 0)
+
+    assert_fails_with(ix.check_io_count(no_L), "L is written too")
+    assert ix.check_io_count(not_attempted).problems == [NOT_ATTEMPTED]
+
+
+# ---- the crossover -------------------------------------------------------------------------
+
+def test_crossover():
+    N, d = ix.CROSSOVER_PROBLEM["N"], ix.CROSSOVER_PROBLEM["d"]
+    M_star = crossover_M(N, d)
+    assert ix.check_crossover(M_star).passed
+    assert ix.check_crossover(M_star - 1).passed and ix.check_crossover(3 * d * d).passed
+    assert ix.check_crossover(crossover_M).passed
+    assert ix.check_crossover(lambda N, d: crossover_M(N, d) + 2 * d).passed  # same block
+    assert_fails_with(ix.check_crossover(2 * d * d), "more than standard attention")
+    assert_fails_with(ix.check_crossover(8 * d * d), "fewer than standard attention")
+    assert_fails_with(ix.check_crossover(lambda N, d: 2 * d * d),
+                      "N = 1024, d = 64: at M = 8192")
+    assert_fails_with(ix.check_crossover(2 * M_star), "bytes in fp16")
+    assert_fails_with(ix.check_crossover(lambda N, d: 4 * crossover_M(N, d)), "bytes in fp32")
+    assert_fails_with(ix.check_crossover(-3), "positive number")
+    assert_fails_with(ix.check_crossover("big"), "positive number")
+    assert_fails_with(ix.check_crossover(None), "not attempted yet")
+    assert ix.check_crossover(not_attempted).problems == [NOT_ATTEMPTED]
+    assert_fails_with(ix.check_crossover(crashing), "your function raised")
+
+
+# ---- split-KV merge ------------------------------------------------------------------------
+
+def test_split_kv_merge():
+    fb = ix.check_split_kv_merge(lambda a, b: tuple(merge_partials(a, b)))
+    assert fb.passed, text(fb)
+    assert "equals attention over the whole cache" in text(fb)
+
+    def no_rescale(a, b):
+        return np.maximum(a[0], b[0]), a[1] + b[1], a[2] + b[2]
+
+    assert_fails_with(ix.check_split_kv_merge(no_rescale), "without rescaling")
+    assert ix.check_split_kv_merge(not_attempted).problems == [NOT_ATTEMPTED]
+    assert_fails_with(ix.check_split_kv_merge(crashing), "your function raised")

@@ -1,0 +1,42 @@
+"""flashlib.book.diagrams: the chapters' inline SVG diagrams say what flashlib computed."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+pytest.importorskip("ml_dtypes")
+
+from flashlib.book.diagrams import WIDTH, memory_diagram, precision_diagram  # noqa: E402
+from flashlib.studies.precision import Casts  # noqa: E402
+
+
+def font_sizes(svg: str) -> list[float]:
+    return [float(s) for s in re.findall(r'font-size="([0-9.]+)"', svg)]
+
+
+@pytest.mark.parametrize("dtype, short", [("bfloat16", "bf16"), ("float16", "fp16")])
+def test_precision_diagram_shows_the_casts(dtype, short):
+    dg = precision_diagram(dataclasses.asdict(Casts.flash(dtype)))
+    svg = dg.svg()
+    assert f'viewBox="0 0 {WIDTH} ' in svg
+    assert f">{short}<" in svg and f"rounded to {short}" in svg  # inputs, O and P
+    assert "fp32" in svg  # S, m, l and the accumulator
+    assert f"in {dtype}" in dg.alt and "float32" in dg.alt
+    assert min(font_sizes(svg)) >= 9.6  # subscripts at 0.8 of 12 units
+
+
+def test_precision_diagram_follows_a_narrow_accumulator():
+    kept = dataclasses.asdict(Casts.flash("bfloat16").replace(acc="bfloat16"))
+    assert "accumulator O_i in bfloat16" in precision_diagram(kept).alt
+
+
+def test_precision_diagram_needs_every_cast_point():
+    with pytest.raises(ValueError, match="missing cast points"):
+        precision_diagram({"inputs": "bfloat16"})
+
+
+def test_memory_diagram_still_draws():
+    assert "S_ij" in memory_diagram(n=256, d=64, B=64, itemsize=4).alt

@@ -1,0 +1,176 @@
+"""Sliding windows and key padding in the public API: flash_attention (tiled, empty tiles
+skipped) against naive_attention with the same arguments, against the dense predicate as an
+explicit mask, and against torch SDPA with an explicit boolean mask."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from flashlib import flash_attention, naive_attention
+from flashlib.core.masks import (
+    band,
+    band_tile_class,
+    both,
+    causal_bottom_right,
+    causal_top_left,
+    dense_mask,
+    key_padding,
+    sliding_window,
+)
+
+SHAPES = [(1, 1), (1, 9), (9, 1), (17, 17), (13, 29), (29, 13), (64, 64)]
+
+
+def _dense(n_q, n_k, causal, window, lengths):
+    """The token-level truth from the predicates, (B, n_q, n_k) for key lengths (B,)."""
+    base = []
+    if causal in (True, "top_left"):
+        base.append(causal_top_left)
+    elif causal == "bottom_right":
+        base.append(causal_bottom_right)
+    if window is not None:
+        base.append(sliding_window(*window))
+    if lengths is None:
+        return dense_mask(both(*base), n_q, n_k)
+    return np.stack([dense_mask(both(*base, key_padding(int(n))), n_q, n_k) for n in lengths])
+
+
+def _qkv(rng, b, n_q, n_k, d=7, d_v=5):
+    return (rng.standard_normal((b, n_q, d)), rng.standard_normal((b, n_k, d)),
+            rng.standard_normal((b, n_k, d_v)))
+
+
+@pytest.mark.parametrize("n_q, n_k", SHAPES)
+@pytest.mark.parametrize("causal, window", [(False, (3, 2)), (False, (0, 0)), (True, (4, None)),
+                                            ("bottom_right", (5, 0)), (False, (None, 1)),
+                                            (False, None)])
+def test_window_and_padding_match_the_dense_mask(n_q, n_k, causal, window):
+    rng = np.random.default_rng(0)
+    lengths = np.array([n_k, max(n_k - 3, 0), 0])[:, None]  # (3, 1): batch 3, 1 head
+    q, k, v = (x[:, None] for x in _qkv(rng, 3, n_q, n_k))
+    mask = _dense(n_q, n_k, causal, window, lengths.ravel())[:, None]
+    o_ref, lse_ref = naive_attention(q, k, v, mask=mask, return_lse=True)
+    o_nv, lse_nv = naive_attention(q, k, v, causal=causal, window=window, key_lengths=lengths,
+                                   return_lse=True)
+    np.testing.assert_allclose(o_nv, o_ref, atol=1e-12)
+    np.testing.assert_array_equal(lse_nv, lse_ref)
+    for b_r, b_c in [(4, 4), (3, 8), (64, 64)]:
+        o, lse = flash_attention(q, k, v, block_q=b_r, block_k=b_c, causal=causal,
+                                 window=window, key_lengths=lengths, return_lse=True)
+        np.testing.assert_allclose(o, o_ref, atol=1e-12)
+        blind = ~mask.any(axis=-1)
+        assert (o[blind] == 0).all() and np.isneginf(lse[blind]).all()
+        np.testing.assert_allclose(lse[~blind], lse_ref[~blind], atol=1e-12)
+
+
+def test_window_and_padding_match_torch_sdpa():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(1)
+    n_q, n_k, window = 23, 41, (6, 2)
+    lengths = np.array([41, 30])
+    q, k, v = _qkv(rng, 2, n_q, n_k)
+    mask = _dense(n_q, n_k, False, window, lengths)
+    want = torch.nn.functional.scaled_dot_product_attention(
+        *(torch.from_numpy(x) for x in (q, k, v)), attn_mask=torch.from_numpy(mask)).numpy()
+    got = flash_attention(q, k, v, block_q=8, block_k=8, window=window, key_lengths=lengths)
+    seen = mask.any(axis=-1)
+    np.testing.assert_allclose(got[seen], want[seen], atol=1e-12)
+
+
+def test_fully_masked_rows_float32_and_float16():
+    rng = np.random.default_rng(2)
+    for dtype in (np.float32, np.float16):
+        q, k, v = (x.astype(dtype) for x in _qkv(rng, 1, 9, 4))
+        o, lse = flash_attention(q, k, v, causal="bottom_right", return_lse=True, block_q=4,
+                                 block_k=2)
+        assert (o[0, :5] == 0).all() and np.isneginf(lse[0, :5]).all()
+        assert np.isfinite(o).all()
+        o, lse = flash_attention(q, k, v, key_lengths=0, return_lse=True)
+        assert (o == 0).all() and np.isneginf(lse).all()
+
+
+@pytest.mark.parametrize("n_q, n_k, b_r, b_c, causal, window, length", [
+    (64, 64, 16, 16, True, (15, None), 64), (100, 100, 16, 8, False, (20, 20), 90),
+    (10, 40, 4, 8, "bottom_right", (7, 0), 33), (40, 10, 8, 4, False, None, 5)])
+def test_flash_attention_computes_only_the_nonempty_tiles(n_q, n_k, b_r, b_c, causal, window,
+                                                          length, monkeypatch):
+    """The tiles flash_attention computes are exactly those band_tile_class calls non-empty."""
+    import flashlib.fast.forward
+
+    lo, hi = band(n_q, n_k, causal, window)
+    want = [(i0, j0) for i0 in range(0, n_q, b_r) for j0 in range(0, n_k, b_c)
+            if band_tile_class(i0, min(i0 + b_r, n_q), j0, min(j0 + b_c, n_k), lo, hi,
+                               length) != "empty"]
+    seen = []
+    real = flashlib.core.masks.band_hides
+
+    def counting(i0, i1, j0, j1, lo, hi):
+        seen.append((i0, j0))
+        return real(i0, i1, j0, j1, lo, hi)
+
+    monkeypatch.setattr(flashlib.fast.forward, "band_hides", counting)
+    x = np.random.default_rng(0).standard_normal((max(n_q, n_k), 4))
+    flash_attention(x[:n_q], x[:n_k], x[:n_k], block_q=b_r, block_k=b_c, causal=causal,
+                    window=window, key_lengths=length)
+    assert set(want) == set(seen)
+    assert all(j0 < length for _, j0 in seen)
+    assert len(seen) == len(set(seen))
+
+
+@given(n_q=st.integers(1, 30), n_k=st.integers(1, 30), b_r=st.integers(1, 12),
+       b_c=st.integers(1, 12), causal=st.sampled_from([False, True, "bottom_right"]),
+       left=st.none() | st.integers(0, 10), right=st.none() | st.integers(0, 10),
+       use_window=st.booleans(), pad=st.integers(0, 30), seed=st.integers(0, 2**16))
+def test_property_flash_equals_naive(n_q, n_k, b_r, b_c, causal, left, right, use_window, pad,
+                                     seed):
+    rng = np.random.default_rng(seed)
+    q, k, v = _qkv(rng, 2, n_q, n_k, d=3, d_v=2)
+    kw = dict(causal=causal, window=(left, right) if use_window else None,
+              key_lengths=np.array([n_k, min(pad, n_k)]))
+    o_ref, lse_ref = naive_attention(q, k, v, return_lse=True, **kw)
+    o, lse = flash_attention(q, k, v, block_q=b_r, block_k=b_c, return_lse=True, **kw)
+    np.testing.assert_allclose(o, o_ref, atol=1e-12)
+    np.testing.assert_array_equal(np.isneginf(lse), np.isneginf(lse_ref))
+
+
+@pytest.mark.parametrize("kw, err, match", [
+    (dict(window=3), TypeError, "window"), (dict(window=(1, 2, 3)), TypeError, "window"),
+    (dict(window=(-1, 0)), ValueError, r"window\[0\]"),
+    (dict(window=(0, 1.5)), TypeError, r"window\[1\]"),
+    (dict(key_lengths=np.array([1.0])), TypeError, "key_lengths"),
+    (dict(key_lengths=np.array([9])), ValueError, "key_lengths"),
+    (dict(key_lengths=np.array([1, 2, 3])), ValueError, "key_lengths"),
+    (dict(key_lengths=True), TypeError, "key_lengths")])
+def test_bad_window_and_lengths(kw, err, match):
+    q = np.zeros((2, 4, 3))
+    for fn in (flash_attention, naive_attention):
+        with pytest.raises(err, match=match):
+            fn(q, q, q, **kw)
+
+
+@pytest.mark.parametrize("n_q, n_k", [(1, 9), (9, 1), (17, 17), (13, 29), (29, 13)])
+@pytest.mark.parametrize("causal, window", [(False, (3, 2)), (True, (4, None)),
+                                            ("bottom_right", (5, 0)), (False, None)])
+def test_backward_window_and_padding(n_q, n_k, causal, window):
+    """flash_attention_backward and naive_attention_backward with window= and key_lengths=
+    against naive_attention_backward with the dense mask (rows that see no key: zero)."""
+    from flashlib import flash_attention_backward, naive_attention_backward
+
+    rng = np.random.default_rng(3)
+    lengths = np.array([n_k, max(n_k - 4, 0)])
+    q, k, v = _qkv(rng, 2, n_q, n_k)
+    do = rng.standard_normal((2, n_q, 5))
+    mask = _dense(n_q, n_k, causal, window, lengths)
+    want = naive_attention_backward(q, k, v, do, mask=mask)
+    kw = dict(causal=causal, window=window, key_lengths=lengths)
+    for got in (naive_attention_backward(q, k, v, do, **kw),):
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, atol=1e-12)
+    o, lse = flash_attention(q, k, v, return_lse=True, **kw)
+    for b_r, b_c in [(4, 4), (3, 8), (64, 64)]:
+        got = flash_attention_backward(q, k, v, o, lse, do, block_q=b_r, block_k=b_c, **kw)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, atol=1e-11)

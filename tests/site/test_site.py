@@ -1,0 +1,385 @@
+"""Browser tests of the built site (_build/html, made by `make book`).
+
+Serves the site on 127.0.0.1 and opens every page in headless Chromium driven by Playwright
+(tests/browser.py), three times:
+
+- **at 1280 px** (a desktop): no failed request, no request leaving 127.0.0.1, no console
+  error; nothing sideways-scrolls (shown code, printed output, displayed math, tables,
+  figures: an element wider than its box fails, named); zero axe-core critical or serious
+  violations; no visible ``glue(`` in shown code; every image has alt text; every chapter
+  links to its notebook on Colab; every slider of every interactive figure changes its
+  figure, from the keyboard too, and back; the page's weight (every byte the browser loads)
+  is at most 3.5 MB, and is printed at the end of the run;
+- **at 390 px** (a phone): the page does not scroll sideways (only a display equation or a
+  table may scroll inside its own box); zero axe-core critical or serious violations; text in
+  figures and diagrams is at least 9 px tall as shown;
+- **with JavaScript off**: no control that looks usable but does nothing (no visible slider
+  or button), and every interactive figure shows its default frame or its description.
+
+Full-page screenshots at both widths go to test-artifacts/screenshots/.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from tests.browser import (
+    MAX_PAGE_BYTES,
+    PAGE_WEIGHTS,
+    axe_violations,
+    chromium,
+    find_chromium,
+    page_weight,
+    serve,
+)
+from tools import book_extension, notebooks
+from tools.paths import ROOT
+
+pytestmark = [pytest.mark.site, pytest.mark.browser]
+
+SITE = ROOT / "_build" / "html"
+ARTIFACTS = ROOT / "test-artifacts"
+SCREENSHOTS = ARTIFACTS / "screenshots"
+NOT_PAGES = {"genindex.html", "search.html", "index.html"}  # index.html: redirect to the root
+DESKTOP, PHONE = 1280, 390
+#: Smallest text height, in CSS pixels, in a figure or diagram as a 390 px phone shows it.
+MIN_TEXT_PX = 9.0
+
+#: Elements whose content must fit their box (at 1280 px; at 390 px all but the last two).
+FITTING = ("main pre, main div.highlight, main div.cell_output, main div.output, "
+           "main .flashlib-ifig, main figure, main img, main svg, main table, "
+           "main mjx-container[display='true'], main div.math")
+#: Elements that may scroll inside their own box on a phone (never at 1280 px).
+OWN_SCROLL = ("mjx-container[display='true'], div.math, .pst-scrollable-table-container, "
+              "table, .flashlib-table")
+
+SIDEWAYS = """([selector, ownScroll]) => {
+  const bad = [];
+  for (const el of document.querySelectorAll(selector)) {
+    if (getComputedStyle(el).display.startsWith('inline') && el.tagName !== 'IMG') continue;
+    if (!el.checkVisibility({visibilityProperty: true})) continue;  // e.g. a closed <details>
+    if (ownScroll && el.closest(ownScroll)) continue;
+    const name = el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') +
+      (el.className && typeof el.className === 'string' ?
+       '.' + el.className.trim().split(/\\s+/).slice(0, 2).join('.') : '');
+    const text = (el.textContent || el.getAttribute('alt') || '').trim().slice(0, 60);
+    if (el.scrollWidth > el.clientWidth + 1)
+      bad.push(`${name} (${el.scrollWidth} px of content in ${el.clientWidth} px): ${text}`);
+    const right = el.getBoundingClientRect().right;
+    const main = document.querySelector('main').getBoundingClientRect().right;
+    if (right > main + 1) bad.push(`${name} (ends at ${Math.round(right)} px, past the ` +
+                                   `content's ${Math.round(main)} px): ${text}`);
+  }
+  return bad;
+}"""
+
+VISIBLE_GLUE = """() => [...document.querySelectorAll('main pre')]
+  .filter(pre => pre.checkVisibility({visibilityProperty: true})
+                 && pre.textContent.includes('glue('))
+  .map(pre => pre.textContent.trim().slice(0, 80))"""
+
+SMALL_TEXT = """(minimum) => {
+  const bad = [];
+  for (const img of document.querySelectorAll('main img[data-text-px]')) {
+    if (!img.checkVisibility({visibilityProperty: true}) || !img.naturalWidth) continue;
+    const px = Number(img.dataset.textPx) * img.clientWidth / img.naturalWidth;
+    if (px < minimum) bad.push(`image "${img.alt.slice(0, 60)}": text ${px.toFixed(1)} px`);
+  }
+  for (const img of document.querySelectorAll('main img[src^="data:"]')) {
+    if (!img.hasAttribute('data-text-px'))
+      bad.push(`image "${img.alt.slice(0, 60)}": no data-text-px (flashlib.book.plots.show)`);
+  }
+  for (const svg of document.querySelectorAll('main svg[viewBox]')) {
+    if (!svg.checkVisibility({visibilityProperty: true})) continue;
+    const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+    for (const t of svg.querySelectorAll('text')) {
+      const px = parseFloat(getComputedStyle(t).fontSize) * scale;
+      if (px < minimum) {
+        bad.push(`svg "${(svg.getAttribute('aria-label') || '').slice(0, 50)}": ` +
+                 `"${t.textContent.slice(0, 30)}" ${px.toFixed(1)} px`);
+        break;
+      }
+    }
+  }
+  return bad;
+}"""
+
+#: What a figure shows: the image (and its alt) or the drawing (and its label).
+FIGURE_STATE = """fig => {
+  const img = fig.querySelector('img');
+  if (img) return img.getAttribute('src') + '|' + img.getAttribute('alt');
+  const drawing = fig.querySelector('.flashlib-ifig-drawing');
+  return drawing.innerHTML + '|' + drawing.getAttribute('aria-label');
+}"""
+
+#: With JavaScript off: visible controls that need it.
+DEAD_CONTROLS = """() => [...document.querySelectorAll(
+    'input, button, select, textarea, [role=button], [role=slider], [role=switch]')]
+  .filter(el => el.checkVisibility({visibilityProperty: true}))
+  .map(el => el.outerHTML.slice(0, 120))"""
+
+
+def site_pages() -> list[str]:
+    """Every content page of the built site, relative to _build/html."""
+    if not (SITE / "index.html").is_file():
+        return []
+    return sorted(
+        str(p.relative_to(SITE))
+        for p in SITE.rglob("*.html")
+        if p.name not in NOT_PAGES and not p.relative_to(SITE).parts[0].startswith("_")
+    )
+
+
+PAGES = site_pages() or ["<missing _build/html: run make book>"]
+
+
+@pytest.fixture(scope="module")
+def server():
+    if not (SITE / "index.html").is_file():
+        pytest.fail(f"{SITE} is missing: run `make book` first (make test does it)")
+    with serve(SITE) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium() as b:
+        yield b
+
+
+def _open(browser, server: str, page_path: str, width: int, *, javascript: bool = True):
+    """A fresh context (no cache: the page weight counts everything) showing the page;
+    returns (context, page, problems) with problems a dict of lists."""
+    if page_path.startswith("<"):
+        pytest.fail(f"{SITE} is missing: run `make book` first (make test does it)")
+    context = browser.new_context(viewport={"width": width, "height": 900},
+                                  java_script_enabled=javascript, service_workers="block")
+    page = context.new_page()
+    problems: dict[str, list[str]] = {"outside": [], "failed": [], "errors": []}
+    def route(route) -> None:
+        host = urlparse(route.request.url).hostname
+        if route.request.url.startswith("data:") or host == "127.0.0.1":
+            route.continue_()
+        else:
+            problems["outside"].append(route.request.url)
+            route.abort()
+
+    def on_response(response) -> None:
+        if response.status >= 400:
+            problems["failed"].append(f"{response.url} (HTTP {response.status})")
+
+    page.route("**/*", route)
+    page.on("requestfailed", lambda r: problems["failed"].append(f"{r.url} ({r.failure})"))
+    page.on("response", on_response)
+    page.on("console", lambda m: problems["errors"].append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems["errors"].append(str(e)))
+    page.goto(f"{server}/{page_path}", wait_until="load")
+    page.wait_for_load_state("networkidle")
+    if javascript:  # wait for MathJax (vendored) to typeset, and for the fonts it then loads
+        page.wait_for_function("() => !window.MathJax || !!(MathJax.startup || {}).promise")
+        page.evaluate("() => window.MathJax && MathJax.startup.promise.then(() => true)")
+        page.wait_for_load_state("networkidle")
+    return context, page, problems
+
+
+def _screenshot(page, page_path: str, width: int, suffix: str = "") -> None:
+    page.evaluate("window.scrollTo(0, 0)")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    name = page_path.replace("/", "__").removesuffix(".html")
+    page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}{suffix}.png"), full_page=True)
+
+
+def _check_sliders(page, page_path: str) -> None:
+    """Each slider of each interactive figure changes its figure (mouse-free: the keyboard),
+    updates what it announces, and going back restores the frame."""
+    figures = page.locator(".flashlib-ifig")
+    for i in range(figures.count()):
+        fig = figures.nth(i)
+        fig.scroll_into_view_if_needed()
+        where = f"{page_path}: figure {i}"
+        assert fig.is_visible(), f"{where} not visible"
+        assert fig.locator(".flashlib-ifig-controls").is_visible(), f"{where}: no controls"
+        assert fig.locator("figcaption").inner_text().strip(), f"{where}: no caption"
+        img = fig.locator("img")
+        if img.count():
+            assert img.evaluate("i => i.complete && i.naturalWidth > 0"), f"{where}: no image"
+        sliders = fig.locator("input[type=range]")
+        assert sliders.count() >= 1, f"{where} has no slider"
+        for k in range(sliders.count()):
+            slider = sliders.nth(k)
+            name = slider.get_attribute("aria-label") or ""
+            assert len(name.split()) >= 2, f"{where}: slider {k} is named {name!r}"
+            before = fig.evaluate(FIGURE_STATE)
+            said = slider.get_attribute("aria-valuetext")
+            at_top = int(slider.input_value()) == int(slider.get_attribute("max"))
+            slider.focus()
+            page.keyboard.press("ArrowLeft" if at_top else "ArrowRight")
+            after = fig.evaluate(FIGURE_STATE)
+            assert after != before, f"{where}: slider '{name}' changed nothing"
+            assert slider.get_attribute("aria-valuetext") != said, (
+                f"{where}: slider '{name}' does not announce its new value")
+            page.keyboard.press("ArrowRight" if at_top else "ArrowLeft")
+            assert fig.evaluate(FIGURE_STATE) == before, f"{where}: '{name}' not reversible"
+
+
+@pytest.mark.parametrize("page_path", PAGES)
+def test_page_desktop(server, browser, page_path: str) -> None:
+    context, page, problems = _open(browser, server, page_path, DESKTOP)
+    try:
+        missing_alt = page.eval_on_selector_all(
+            "main img",
+            """imgs => imgs.filter(img => {
+                 const alt = (img.getAttribute('alt') || '').trim();
+                 const meaningful = alt && !/\\.(png|svg|jpe?g)$/i.test(alt);
+                 const fig = img.closest('figure');
+                 return !meaningful && !(fig && fig.querySelector('figcaption'));
+               }).map(img => img.src.slice(0, 80))""",
+        )
+        assert not missing_alt, f"{page_path}: images without alt text or caption: {missing_alt}"
+
+        colab = page.locator("p.colab-link a")
+        if (ROOT / "notebooks" / f"{Path(page_path).stem}.ipynb").is_file():
+            assert colab.count() == 1, f"{page_path}: no 'Open in Colab' link"
+        if colab.count():
+            href = colab.first.get_attribute("href")
+            name = Path(page_path).stem
+            assert href == book_extension.colab_url(*notebooks.repository(), name), href
+            assert (ROOT / "notebooks" / f"{name}.ipynb").is_file(), href
+
+        sideways = page.evaluate(SIDEWAYS, [FITTING, None])
+        assert not sideways, f"{page_path} at {DESKTOP} px, scrolling sideways:\n" + (
+            "\n".join(sideways))
+        glue_shown = page.evaluate(VISIBLE_GLUE)
+        assert not glue_shown, f"{page_path}: glue( in shown code (hide the cell): {glue_shown}"
+        _check_sliders(page, page_path)
+        weight = page_weight(page)  # before axe-core, which the tests add
+        violations = axe_violations(page)
+        _screenshot(page, page_path, DESKTOP)
+    finally:
+        context.close()
+    PAGE_WEIGHTS[page_path] = weight
+    assert not violations, f"{page_path} at {DESKTOP} px, axe-core:\n" + "\n".join(violations)
+    assert not problems["outside"], f"{page_path}: requests leaving 127.0.0.1: {problems}"
+    assert not problems["failed"], f"{page_path}: failed requests: {problems['failed']}"
+    assert not problems["errors"], f"{page_path}: console errors: {problems['errors']}"
+    assert weight <= MAX_PAGE_BYTES, (
+        f"{page_path} weighs {weight / 1e6:.2f} MB, more than "
+        f"{MAX_PAGE_BYTES / 1e6:.1f} MB (lighter widget frames, fewer frames, svg_figure)")
+
+
+@pytest.mark.parametrize("page_path", PAGES)
+def test_page_phone(server, browser, page_path: str) -> None:
+    context, page, problems = _open(browser, server, page_path, PHONE)
+    try:
+        width = page.evaluate("[document.documentElement.scrollWidth, innerWidth]")
+        sideways = page.evaluate(SIDEWAYS, [FITTING, OWN_SCROLL])
+        small = page.evaluate(SMALL_TEXT, MIN_TEXT_PX)
+        violations = axe_violations(page)
+        _screenshot(page, page_path, PHONE)
+    finally:
+        context.close()
+    assert width[0] <= width[1], f"{page_path} at {PHONE} px scrolls sideways: {width}"
+    assert not sideways, f"{page_path} at {PHONE} px, wider than their box:\n" + (
+        "\n".join(sideways))
+    assert not small, f"{page_path} at {PHONE} px, text below {MIN_TEXT_PX} px:\n" + (
+        "\n".join(small))
+    assert not violations, f"{page_path} at {PHONE} px, axe-core:\n" + "\n".join(violations)
+    assert not problems["errors"], f"{page_path}: console errors: {problems['errors']}"
+
+
+@pytest.mark.parametrize("page_path", PAGES)
+def test_page_without_javascript(server, browser, page_path: str) -> None:
+    context, page, _ = _open(browser, server, page_path, DESKTOP, javascript=False)
+    try:
+        dead = page.evaluate(DEAD_CONTROLS)
+        figures = page.locator(".flashlib-ifig")
+        shown = []
+        for i in range(figures.count()):
+            fig = figures.nth(i)
+            note = fig.locator(".flashlib-ifig-nojs")
+            img = fig.locator("img")
+            shown.append(note.count() == 1 and note.is_visible()
+                         and (img.count() == 0 or img.is_visible()))
+    finally:
+        context.close()
+    assert not dead, f"{page_path} without JavaScript shows controls that need it: {dead}"
+    assert all(shown), f"{page_path} without JavaScript: figures without their note: {shown}"
+
+
+def test_site_was_built() -> None:
+    assert (SITE / "index.html").is_file(), f"{SITE} is missing: run `make book` first"
+    pages = site_pages()
+    assert "book/intro.html" in pages, f"no book/intro.html among {pages}"
+    assert "book/glossary.html" in pages, f"no book/glossary.html among {pages}"
+
+
+def test_no_page_repeats_a_script() -> None:
+    """tools/book_extension.py dedupe_scripts: sphinx-thebe's config script, repeated, is a
+    console error (the browser test would catch it only on pages it opens)."""
+    assert site_pages(), f"{SITE} is missing: run `make book` first"
+    for page_path in site_pages():
+        text = (SITE / page_path).read_text(encoding="utf-8")
+        scripts = re.findall(r"<script\b[^>]*>.*?</script>", text, re.S)
+        repeated = {s[:100] for s in scripts if scripts.count(s) > 1}
+        assert not repeated, f"{page_path}: repeated <script> elements: {repeated}"
+
+
+def test_exercises_are_numbered_per_chapter() -> None:
+    """"Exercise C.K" on the site, C the chapter's number: the notebooks' numbers too."""
+    for source in notebooks.chapters():
+        page = SITE / source.relative_to(ROOT).with_suffix(".html")
+        if not page.is_file():
+            continue
+        html = page.read_text(encoding="utf-8")
+        on_site = re.findall(r'<span class="caption-number">Exercise (\d+(?:\.\d+)*)', html)
+        in_notebook = re.findall(r"^### Exercise (\S+)", "\n".join(
+            c.source for c in notebooks.clean_notebook(source).cells
+            if c.cell_type == "markdown"), re.M)
+        chapter = notebooks.chapter_number(source)
+        want = [f"{chapter}.{k}" for k in range(1, len(in_notebook) + 1)]
+        assert [n.rstrip(".") for n in on_site] == want == [n.rstrip(":") for n in in_notebook], (
+            source.name, on_site, in_notebook)
+
+
+def test_theme_templates_match_the_pinned_theme() -> None:
+    """book/_templates holds copies of pydata-sphinx-theme 0.17.1's templates: a new theme
+    version needs fresh copies (the changes are marked in each file)."""
+    import pydata_sphinx_theme
+
+    assert pydata_sphinx_theme.__version__ == "0.17.1", (
+        "pydata-sphinx-theme changed: copy its static/webpack-macros.html, "
+        "search-button-field.html and theme-switcher.html (its components/) into "
+        "book/_templates again and reapply the changes marked there")
+
+
+def test_find_chromium(monkeypatch, tmp_path) -> None:
+    browser = tmp_path / "my-chrome"
+    browser.write_text("#!/bin/sh\n")
+    browser.chmod(0o755)
+    monkeypatch.setenv("CHROMIUM", str(browser))
+    assert find_chromium() == str(browser)
+    monkeypatch.setenv("CHROMIUM", str(tmp_path / "absent"))
+    with pytest.raises(FileNotFoundError, match="CHROMIUM"):
+        find_chromium()
+    monkeypatch.delenv("CHROMIUM")
+    snap = tmp_path / "chromium-browser"
+    snap.write_text("#!/bin/sh\nexec /snap/bin/chromium \"$@\"\n")
+    snap.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert find_chromium() is None  # the snap wrapper is skipped: Playwright's own browser
+    (tmp_path / "google-chrome").write_text("#!/bin/sh\n")
+    (tmp_path / "google-chrome").chmod(0o755)
+    assert find_chromium() == str(tmp_path / "google-chrome")
+
+
+def write_weights() -> None:
+    """test-artifacts/page-weights.json: the weights this run measured (tests/conftest.py)."""
+    if PAGE_WEIGHTS:
+        ARTIFACTS.mkdir(exist_ok=True)
+        (ARTIFACTS / "page-weights.json").write_text(
+            json.dumps(dict(sorted(PAGE_WEIGHTS.items())), indent=1) + "\n", encoding="utf-8")

@@ -1,0 +1,145 @@
+"""flashlib.studies.intro: score-matrix bytes, measured memory of naive and flash attention; the
+NEP 50 promotion (flashlib.studies.overflow).  (measure_peak itself:
+tests/core/test_measure.py.)"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flashlib.core.checks import check_float_dtype
+from flashlib.core.measure import measure_peak
+from flashlib.fast.forward import workspace_bytes
+from flashlib.studies.intro import (
+    flash_attention_memory,
+    naive_attention_memory,
+    random_qkv,
+    score_matrix_bytes,
+)
+from flashlib.studies.overflow import scale_scores, scale_scores_promoting
+
+
+def test_score_matrix_bytes():
+    assert score_matrix_bytes(16384, dtype=np.float32) == 2**30
+    assert score_matrix_bytes(100, 30, "float16", batch=2, heads=3) == 2 * 3 * 100 * 30 * 2
+    assert score_matrix_bytes(0) == 0
+    with pytest.raises(ValueError, match="n_q"):
+        score_matrix_bytes(-1)
+    for bad in (2.5, True, np.float64(3.0)):
+        with pytest.raises(TypeError, match="n_q"):
+            score_matrix_bytes(bad)
+    for bad_dtype in (np.int8, np.longdouble):
+        with pytest.raises(TypeError, match="dtype must be"):
+            score_matrix_bytes(4, dtype=bad_dtype)
+
+
+def test_random_qkv_shapes_and_seed():
+    q, k, v = random_qkv(5, 3, np.float16)
+    assert q.shape == k.shape == v.shape == (5, 3) and q.dtype == np.float16
+    np.testing.assert_array_equal(random_qkv(5, 3, np.float16)[0], q)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_naive_attention_memory_is_one_score_matrix(dtype):
+    """One (n, n) score matrix in the compute dtype: float16 inputs are computed in float32."""
+    n = 256
+    measured = naive_attention_memory(n, 16, dtype)
+    predicted = score_matrix_bytes(n, n, np.float32 if dtype == np.float16 else dtype)
+    assert predicted <= measured <= 1.2 * predicted
+
+
+def test_naive_attention_memory_grows_4x_per_doubling():
+    a, b = naive_attention_memory(256, 16), naive_attention_memory(512, 16)
+    assert 3.6 <= b / a <= 4.4
+
+
+def test_promotion_pitfall_and_fix():
+    s = np.ones((8, 8), dtype=np.float32)
+    assert scale_scores_promoting(s, 64).dtype == np.float64  # NEP 50
+    for dtype in (np.float16, np.float32, np.float64):
+        x = np.full((3, 4), 8.0, dtype=dtype)
+        y = scale_scores(x, 64)
+        assert y.dtype == dtype
+        np.testing.assert_array_equal(y, np.ones((3, 4), dtype=dtype))
+
+
+def test_promotion_doubles_memory():
+    s = np.ones((512, 512), dtype=np.float32)
+    _, promoted = measure_peak(scale_scores_promoting, s, 64)
+    _, kept = measure_peak(scale_scores, s, 64)
+    assert 1.9 <= promoted / kept <= 2.3  # plus numpy's casting buffer
+
+
+@pytest.mark.parametrize(("args", "error", "match"), [
+    ((0, 4), ValueError, "n must be"),
+    ((4, -1), ValueError, "d must be"),
+    ((4, 2.0), TypeError, "d must be"),
+    ((True, 4), TypeError, "n must be"),
+    ((4, 4, np.int32), TypeError, "dtype must be"),
+    ((4, 4, "nonsense"), TypeError, "dtype must be"),
+    ((4, 4, np.int8), TypeError, "dtype must be"),
+    ((4, 4, np.longdouble), TypeError, "dtype must be"),
+])
+def test_random_qkv_refuses_bad_input(args, error, match):
+    with pytest.raises(error, match=match):
+        random_qkv(*args)
+    with pytest.raises(error, match=match):
+        naive_attention_memory(*args)
+    with pytest.raises(error, match=match):
+        flash_attention_memory(*args)
+
+
+def test_scale_scores_refuses_bad_input():
+    with pytest.raises(TypeError, match="s must be"):
+        scale_scores(np.ones((2, 2), dtype=np.int64), 4)
+    with pytest.raises(ValueError, match="d must be"):
+        scale_scores(np.ones((2, 2)), 0)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("block", [32, 64])
+def test_flash_workspace_is_measured_linear_memory(dtype, block):
+    # tracemalloc: flash_attention's memory beyond inputs and output is workspace_bytes (the part
+    # that grows with n) plus a constant that depends on the block size only (the tiles).
+    sizes = (512, 1024, 2048)
+    measured = [flash_attention_memory(n, 32, dtype, block) for n in sizes]
+    predicted = [workspace_bytes(n, n, 32, dtype) for n in sizes]
+    tiles = [m - p for m, p in zip(measured, predicted, strict=True)]
+    assert all(t >= 0 for t in tiles), tiles
+    assert max(tiles) - min(tiles) <= 0.02 * predicted[-1], tiles
+
+
+def test_workspace_bytes_counts_k_aug_lse_and_the_float16_v_copy():
+    # float32: k_aug (d + 1) x n_k and lse n_q, 4 bytes each
+    assert workspace_bytes(10, 20, 8, np.float32) == ((8 + 1) * 20 + 10) * 4
+    assert workspace_bytes(10, 20, 8, "float64", batch=3) == 3 * ((8 + 1) * 20 + 10) * 8
+    # float16 inputs: float32 statistics, and V is copied to float32
+    assert workspace_bytes(10, 20, 8, np.float16, d_v=5) == ((8 + 1) * 20 + 10 + 20 * 5) * 4
+    with pytest.raises(TypeError, match="dtype must be"):
+        workspace_bytes(4, 4, 4, np.int8)
+    with pytest.raises(ValueError, match="n_k"):
+        workspace_bytes(4, -1, 4, np.float32)
+    with pytest.raises(ValueError, match="d_v"):  # regression: it returned 32
+        workspace_bytes(1, 1, 1, np.float32, d_v=-5)
+    with pytest.raises(TypeError, match="d_v"):
+        workspace_bytes(1, 1, 1, np.float16, d_v=2.0)
+    with pytest.raises(TypeError, match="batch"):
+        workspace_bytes(1, 1, 1, np.float32, batch=True)
+
+
+def test_flash_attention_memory_grows_linearly():
+    a, b = flash_attention_memory(1024, 16), flash_attention_memory(2048, 16)
+    assert 1.5 <= b / a <= 2.1
+    assert flash_attention_memory(2048, 16) < naive_attention_memory(2048, 16) / 10
+
+
+@pytest.mark.parametrize("bad", [np.int8, np.int64, bool, np.longdouble, np.complex128,
+                                 "not a dtype"])
+def test_check_float_dtype_refuses_non_float16_32_64(bad):
+    with pytest.raises(TypeError, match="dtype_arg must be float16, float32 or float64"):
+        check_float_dtype(bad, "dtype_arg")
+
+
+@pytest.mark.parametrize("good", [np.float16, "float32", np.dtype(np.float64), float])
+def test_check_float_dtype_accepts_float_dtypes(good):
+    assert check_float_dtype(good, "dtype") == np.dtype(good)

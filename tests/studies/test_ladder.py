@@ -1,0 +1,238 @@
+"""Every rung of the optimisation ladder is exact attention: float64 within 1e-12 of
+flashlib.naive_attention, float32/float16 within twice the error of plain attention in the same
+dtype (flash-attn's rule, tests/conftest.py's plain_attention) or a rounding floor,
+on awkward shapes, causal alignments, empty rows, and inputs that force the rescaling paths."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flashlib import flash_attention, naive_attention
+from flashlib.core.constants import LOG2E
+from flashlib.core.masks import band_hides, causal_mask, causal_tiles, straddles_diagonal
+from flashlib.fast.forward import STALE_LIMIT
+from flashlib.studies.ladder import RESCALE_THRESHOLD, RUNGS, THREADS_RUNG, naive_inplace
+from tests.helpers import assert_error_within, plain_attention
+
+FUNCS = [("naive_inplace", naive_inplace)] + RUNGS + [THREADS_RUNG]
+IDS = [label for label, _ in FUNCS]
+
+# lead, n_q, n_k, d, d_v, block_q, block_k, causal
+SHAPES = [
+    ((), 1, 1, 1, 1, 1, 1, False),
+    ((), 37, 53, 8, 5, 16, 8, False),
+    ((2, 3), 33, 33, 16, 16, 8, 16, True),
+    ((2,), 40, 24, 8, 8, 16, 8, "bottom_right"),  # n_q > n_k: 16 rows see no key
+    ((2,), 24, 40, 8, 12, 8, 16, "top_left"),
+    ((3,), 65, 64, 4, 4, 64, 64, True),  # one block plus one ragged row
+    ((), 7, 9, 3, 2, 100, 100, "bottom_right"),  # blocks larger than the problem
+]
+
+
+def _qkv(rng, lead, n_q, n_k, d, d_v, dtype=np.float64, key_growth=None):
+    q = rng.standard_normal((*lead, n_q, d))
+    k = rng.standard_normal((*lead, n_k, d))
+    v = rng.standard_normal((*lead, n_k, d_v))
+    if key_growth is not None:  # later keys score ever higher: the running max keeps growing
+        k *= np.linspace(0.1, key_growth, n_k)[:, None]
+    return q.astype(dtype), k.astype(dtype), v.astype(dtype)
+
+
+def _call(fn, q, k, v, b_r, b_c, causal):
+    if fn is naive_inplace:
+        return fn(q, k, v, causal=causal)
+    return fn(q, k, v, block_q=b_r, block_k=b_c, causal=causal)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[str(s[:-1]) + str(s[-1]) for s in SHAPES])
+@pytest.mark.parametrize(("label", "fn"), FUNCS, ids=IDS)
+def test_float64_exact(label, fn, shape):
+    lead, n_q, n_k, d, d_v, b_r, b_c, causal = shape
+    q, k, v = _qkv(np.random.default_rng(0), lead, n_q, n_k, d, d_v)
+    o = _call(fn, q, k, v, b_r, b_c, causal)
+    ref = naive_attention(q, k, v, causal=causal)
+    assert o.shape == ref.shape and o.dtype == np.float64
+    assert np.all(np.isfinite(o))
+    assert np.max(np.abs(o - ref), initial=0.0) <= 1e-12, label
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("causal", [False, True, "bottom_right"])
+@pytest.mark.parametrize(("label", "fn"), FUNCS, ids=IDS)
+def test_low_precision_within_twice_plain(label, fn, causal, dtype):
+    rng = np.random.default_rng(1)
+    q, k, v = _qkv(rng, (2,), 45, 38, 16, 16, dtype=dtype)
+    ref = naive_attention(*(x.astype(np.float64) for x in (q, k, v)), causal=causal)
+    o = _call(fn, q, k, v, 16, 8, causal)
+    assert o.dtype == dtype
+    floor = {np.float32: 1e-6, np.float16: 1e-3}[dtype]  # not scaled by max|ref|
+    assert_error_within(o, plain_attention(q, k, v, causal=causal), ref, floor=floor,
+                        label=label)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize(("label", "fn"), FUNCS, ids=IDS)
+def test_growing_maximum_takes_the_rescaling_paths(label, fn, dtype):
+    """Keys whose scores grow by far more than RESCALE_THRESHOLD (and than log2 of the stale
+    limit) along the sequence: rung 5 must rescale, rungs 6 and 7 must redo tiles, rungs 8 to
+    10 move m_i up."""
+    rng = np.random.default_rng(2)
+    b_r, b_c = 16, 8
+    q, k, v = _qkv(rng, (2,), 50, 96, 16, 8, key_growth=40.0)
+    # the test really moves the maximum: along every row, the base-2 scores of the last key
+    # block top those of the first by more than RESCALE_THRESHOLD (rung 5 rescales), and in
+    # most rows by more than log2(STALE_LIMIT) (rungs 6 and 7 redo a tile, later ones move m_i)
+    s2 = (q @ k.swapaxes(-1, -2)) / np.sqrt(q.shape[-1]) * LOG2E
+    growth = s2[..., -b_c:].max(axis=-1) - s2[..., :b_c].max(axis=-1)
+    assert np.all(growth > RESCALE_THRESHOLD), growth.min()
+    assert np.mean(growth > np.log2(STALE_LIMIT)) > 0.9
+    q, k, v = (x.astype(dtype) for x in (q, k, v))
+    ref = naive_attention(*(x.astype(np.float64) for x in (q, k, v)))
+    o = _call(fn, q, k, v, b_r, b_c, False)
+    if dtype == np.float64:
+        assert np.max(np.abs(o - ref)) <= 1e-12, label
+    else:
+        assert_error_within(o, plain_attention(q, k, v), ref, floor=1e-6, label=label)
+
+
+def test_last_rung_is_the_library_function():
+    assert RUNGS[-1][1] is flash_attention
+    assert [label.split()[0] for label, _ in RUNGS + [THREADS_RUNG]] == [
+        str(i) for i in range(len(RUNGS) + 1)]
+
+
+@pytest.mark.parametrize(("label", "fn"), RUNGS + [THREADS_RUNG],
+                         ids=[label for label, _ in RUNGS + [THREADS_RUNG]])
+def test_rungs_validate_inputs(label, fn):
+    q = np.zeros((4, 8))
+    with pytest.raises(ValueError, match="block_q"):
+        fn(q, q, q, block_q=0)
+    with pytest.raises(TypeError, match="dtype"):
+        fn(q.astype(np.int64), q, q)
+
+
+# ---- the chapter's exercise checkers: pass the solutions, fail typical mistakes, specifically
+
+
+def test_check_scores_base2():
+    from flashlib.book.exercises.ladder import check_scores_base2
+    from flashlib.core.constants import LOG2E
+
+    good = check_scores_base2(lambda q, k, s: (q * q.dtype.type(s * LOG2E)) @ k.T)
+    assert good.passed, good
+    no_log2e = check_scores_base2(lambda q, k, s: (q * q.dtype.type(s)) @ k.T)
+    assert not no_log2e.passed and "log2(e)" in str(no_log2e)
+    promoted = check_scores_base2(lambda q, k, s: (q * np.float64(s * LOG2E)) @ k.T)
+    assert not promoted.passed and "promote" in str(promoted)
+
+    def todo(q, k, s):
+        raise NotImplementedError
+
+    assert "not attempted" in str(check_scores_base2(todo))
+
+
+def test_check_pv_and_rowsum():
+    from flashlib.book.exercises.ladder import check_pv_and_rowsum
+
+    def good(p, v):
+        out = p @ np.concatenate([v, np.ones(v.shape[:-1] + (1,))], axis=-1)
+        return out[..., :-1], out[..., -1]
+
+    assert check_pv_and_rowsum(good).passed
+    swapped = check_pv_and_rowsum(lambda p, v: good(p, v)[::-1])
+    assert not swapped.passed
+    raising = check_pv_and_rowsum(lambda p, v: 1 / 0)
+    assert "ZeroDivisionError" in str(raising)
+    # right values, but not from one matmul: a separate sum, or a second product
+    two_passes = check_pv_and_rowsum(lambda p, v: (p @ v, p.sum(-1)))
+    assert not two_passes.passed and "sum over p" in str(two_passes)
+    assert "sum over p" in str(check_pv_and_rowsum(lambda p, v: (p @ v, np.sum(p, axis=-1))))
+    two_products = check_pv_and_rowsum(
+        lambda p, v: (p @ v, (p @ np.ones((p.shape[-1], 1)))[..., 0]))
+    assert not two_products.passed and "2 matrix products" in str(two_products)
+
+
+def test_check_needs_rescale():
+    from flashlib.book.exercises.ladder import check_needs_rescale
+
+    assert check_needs_rescale(lambda m, t, th: t > m + th).passed
+    non_strict = check_needs_rescale(lambda m, t, th: t >= m + th)
+    assert not non_strict.passed and "strict" in str(non_strict)
+    # m_tile - m_old gives NaN (and a warning) for -inf rows
+    nan_based = check_needs_rescale(lambda m, t, th: (t - m) > th)
+    assert not nan_based.passed
+    assert "numpy warned" in str(nan_based) and "invalid value" in str(nan_based)
+
+    def todo(m, t, th):
+        raise NotImplementedError
+
+    assert "not attempted" in str(check_needs_rescale(todo))
+
+
+def test_check_causal_tiles():
+    from flashlib.book.exercises.ladder import check_causal_tiles
+
+    assert check_causal_tiles(lambda n, bq, bk: causal_tiles(n, n, bq, bk)[:2]).passed
+    everything = check_causal_tiles(lambda n, bq, bk: (-(-n // bq) * -(-n // bk), 0))
+    assert not everything.passed and "skip" in str(everything)
+    no_mask = check_causal_tiles(lambda n, bq, bk: (causal_tiles(n, n, bq, bk)[0], 0))
+    assert not no_mask.passed and "top-right" in str(no_mask)
+    assert "ZeroDivisionError" in str(check_causal_tiles(lambda n, bq, bk: 1 / 0))
+
+
+# n_q, n_k, block_q, block_k, causal
+TILE_CASES = [
+    (4, 4, 2, 2, True), (100, 100, 16, 24, True), (10, 10, 3, 4, "top_left"),
+    (5, 5, 8, 8, True), (37, 53, 8, 16, True), (37, 53, 8, 16, "bottom_right"),
+    (53, 37, 16, 8, "bottom_right"), (40, 24, 16, 8, "bottom_right"), (33, 17, 5, 7, False),
+    (0, 9, 4, 4, True), (9, 0, 4, 4, "bottom_right"), (1, 1, 1, 1, True),
+]
+
+
+@pytest.mark.parametrize("case", TILE_CASES, ids=[str(c) for c in TILE_CASES])
+def test_causal_tiles_counts_the_tiles_the_mask_leaves(case):
+    """computed: the tiles with a visible entry; masked: those that also hide one; total:
+    all of them.  Checked against the full (n_q, n_k) causal mask, cut into tiles."""
+    n_q, n_k, b_r, b_c, causal = case
+    visible = causal_mask(n_q, n_k, causal)
+    tiles = [visible[i0:i0 + b_r, j0:j0 + b_c]
+             for i0 in range(0, n_q, b_r) for j0 in range(0, n_k, b_c)]
+    computed = sum(bool(t.any()) for t in tiles)
+    masked = sum(bool(t.any() and not t.all()) for t in tiles)
+    assert causal_tiles(n_q, n_k, b_r, b_c, causal) == (computed, masked, len(tiles))
+
+
+def test_causal_tiles_values_and_validation():
+    assert causal_tiles(4, 4, 2, 2) == (3, 2, 4)
+    assert causal_tiles(4096, 4096, 128, 64) == (1056, 64, 2048)  # 32 row blocks x (2i + 2)
+    assert causal_tiles(10, 10, 3, 4, causal=False) == (12, 0, 12)
+    with pytest.raises(ValueError, match="block_q"):
+        causal_tiles(8, 8, 0, 4)
+    with pytest.raises(TypeError, match="block_k"):
+        causal_tiles(8, 8, 4, 2.5)
+    with pytest.raises(ValueError, match="n_q"):
+        causal_tiles(-1, 8, 4, 4)
+    with pytest.raises(ValueError, match="causal"):
+        causal_tiles(8, 8, 4, 4, causal="diagonal")
+
+
+@pytest.mark.parametrize("case", [c for c in TILE_CASES if c[0] and c[1]],
+                         ids=[str(c) for c in TILE_CASES if c[0] and c[1]])
+def test_causal_tiles_is_what_flash_attention_visits(case, monkeypatch):
+    """flash_attention asks band_hides once per tile it computes: count those calls."""
+    import flashlib.fast.forward
+
+    n_q, n_k, b_r, b_c, causal = case
+    seen = []
+
+    def counting(i0, i1, j0, j1, lo, hi):
+        seen.append(band_hides(i0, i1, j0, j1, lo, hi))
+        assert seen[-1] == straddles_diagonal(i0, j1, hi)
+        return seen[-1]
+
+    monkeypatch.setattr(flashlib.fast.forward, "band_hides", counting)
+    x = np.random.default_rng(0).standard_normal((max(n_q, n_k), 4))
+    flash_attention(x[:n_q], x[:n_k], x[:n_k], block_q=b_r, block_k=b_c, causal=causal)
+    computed, masked, _ = causal_tiles(n_q, n_k, b_r, b_c, causal)
+    assert (len(seen), sum(seen)) == (computed, masked)
