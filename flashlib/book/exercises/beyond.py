@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from flashlib import naive_attention
-from flashlib.book.exercises import Feedback, call_learner, checker, shape_problem
+from flashlib.book.exercises import Feedback, call_learner, checker, shape_problem, warned
 from flashlib.core.measure import measure_peak
 
 __all__ = ["check_split_kv", "check_grouped_query", "check_kv_grad"]
@@ -97,7 +97,7 @@ def check_split_kv(fb: Feedback, fn: Callable[..., np.ndarray]) -> None:
                         "exp(L_s - L), L the logsumexp of the L_s, never exp(L_s) alone")
             elif np.allclose(got, want, rtol=1e-9, atol=1e-12):
                 if warns:
-                    fb.fail(f"{name}: right answer, but numpy warned '{warns[0]}'")
+                    fb.fail(f"{name}: right answer, but {warned(warns[0])}")
                 else:
                     fb.ok(f"{name}: equals attention over all the keys")
             elif splits > 1 and np.allclose(got, np.mean(outs, axis=0), atol=1e-9):

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.book.exercises import Feedback, LearnerError, NotAttempted, checker
+from flashlib.book.exercises import Feedback, LearnerError, NotAttempted, checker, learner_side
 from flashlib.core.constants import LOG2E
 
 __all__ = ["TOLERANCE", "check_online_softmax_step", "check_key_end", "check_visible_keys",
@@ -81,9 +81,11 @@ def _root(err: BaseException) -> BaseException:
     return err
 
 
+@learner_side
 def _run(q, k, v, causal: bool, blocks: tuple[int, int], **pieces) -> tuple[np.ndarray, ...]:
     """Run the exercise kernel with the learner's pieces; the learner's failures become
-    NotAttempted / LearnerError."""
+    NotAttempted / LearnerError.  In the grader it runs where the learner's function is (the
+    kernel needs the function itself)."""
     from flashlib.gpu.exercise_kernels import run_exercise_kernel
 
     try:

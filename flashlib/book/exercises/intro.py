@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.book.exercises import Feedback, call_learner, checker, shape_problem
+from flashlib.book.exercises import Feedback, call_learner, checker, shape_problem, warned
 from flashlib.fast.naive import naive_attention
 from flashlib.fast.softmax import softmax
 from flashlib.studies.io_model import traffic
@@ -219,7 +219,7 @@ def check_reference_attention(
                     fb.fail(f"{label}: right values but dtype {got.dtype}, expected {want.dtype}; "
                             "np.sqrt(d) is a float64 scalar: use q.dtype.type(np.sqrt(d))")
                 elif caught:
-                    fb.fail(f"{label}: right values, but numpy warned: {'; '.join(caught)}")
+                    fb.fail(f"{label}: right values, but {'; '.join(warned(w) for w in caught)}")
                 else:
                     fb.ok(f"{label}: matches flashlib.naive_attention")
             elif np.allclose(got, naive_attention(q, k, v, scale=1.0), atol=tol, rtol=tol):

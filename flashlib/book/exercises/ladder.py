@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker
+from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker, warned
 from flashlib.core.constants import LOG2E
 from flashlib.core.masks import causal_tiles
 from flashlib.studies.ladder import RESCALE_THRESHOLD
@@ -34,7 +34,7 @@ def _call(fn: Callable[..., Any], *args: Any) -> Any:
     """The learner's result; a numpy warning is a LearnerError here, as an exception is."""
     result, warns = call_learner(fn, *args)
     if warns:
-        raise LearnerError(f"numpy warned '{warns[0]}'")
+        raise LearnerError(f"{warned(warns[0])}")
     return result
 
 
@@ -95,6 +95,22 @@ class _Counted(np.ndarray):
         if func in (np.dot, np.einsum, np.tensordot, np.inner, np.vdot):
             self.log.append("product")
         return super().__array_function__(func, types, args, kwargs)
+
+    def __reduce__(self) -> tuple:  # the log travels with the array (tools/grade.py)
+        return _rebuild_counted, (np.asarray(self), self.log)
+
+    def __grade_state__(self) -> list[str]:
+        """What the grader's sandbox sends back after the learner's call: the log."""
+        return list(self.log)
+
+    def __grade_sync__(self, state: list[str]) -> None:
+        self.log[:] = [str(entry) for entry in state]
+
+
+def _rebuild_counted(array: np.ndarray, log: list[str]) -> _Counted:
+    out = np.array(array).view(_Counted)
+    out.log = log
+    return out
 
 
 def _counted(x: np.ndarray, log: list[str]) -> _Counted:

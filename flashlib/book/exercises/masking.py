@@ -19,7 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker, shape_problem
+from flashlib.book.exercises import (
+    Feedback,
+    LearnerError,
+    call_learner,
+    checker,
+    shape_problem,
+    warned,
+)
 from flashlib.core.masks import (
     band_tile_class,
     both,
@@ -179,7 +186,7 @@ def check_blind_rows(fb: Feedback, fn: Callable[[int, int, int], Any]) -> None:
                 fb.fail(f"{label}: lse is the log of an empty sum of exponentials: log(0) = "
                         "-inf (so that exp(S - lse) = 0 in the backward pass)")
             elif warns:
-                fb.fail(f"{label}: right answer, but numpy warned '{warns[0]}'")
+                fb.fail(f"{label}: right answer, but {warned(warns[0])}")
             else:
                 fb.ok(f"{label}: rows {want.tolist()}, O = 0 and lse = -inf there")
 
@@ -269,7 +276,7 @@ def check_guarded_forward(fb: Feedback, fn: Callable[..., Any]) -> None:
             elif np.max(np.abs(L[~blind] - lse[~blind]), initial=0.0) > 1e-9:
                 fb.fail(f"{label}: O is right but L is not the logsumexp m_i + log(l_i)")
             elif warns:
-                fb.fail(f"{label}: right answer, but numpy warned '{warns[0]}': the guard "
+                fb.fail(f"{label}: right answer, but {warned(warns[0])}: the guard "
                         "must avoid computing -inf - (-inf) and log(0), not hide the result")
             else:
                 fb.ok(f"{label}: equals masked attention, O = 0 and L = -inf on rows that see "

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.book.exercises import Feedback, call_learner, checker, fmt
+from flashlib.book.exercises import Feedback, call_learner, checker, fmt, warned
 from flashlib.fast.softmax import softmax
 from flashlib.studies.overflow import exp_overflow_threshold
 
@@ -71,7 +71,7 @@ def check_stable_softmax(fb: Feedback, fn: Callable[[np.ndarray], np.ndarray]) -
                 fb.fail(f"{name}: got {fmt(got)}, expected {fmt(want)} (max error "
                         f"{err:.2g} > {_TOL[x.dtype]:g})")
             elif warns:
-                fb.fail(f"{name}: right answer, but numpy warned '{warns[0]}': a stable "
+                fb.fail(f"{name}: right answer, but {warned(warns[0])}: a stable "
                         "softmax never computes exp of a positive number")
             else:
                 fb.ok(f"{name}: correct")

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from flashlib.algorithms import standard_attention
-from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker
+from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker, warned
 from flashlib.core.measure import measure_peak
 from flashlib.studies.io_model import block_counts, paper_block_sizes
 from flashlib.studies.tiling import logged_tiles
@@ -135,7 +135,7 @@ def check_flash2_forward(fb: Feedback, fn: Callable[..., Any]) -> None:
                 fb.fail(f"{name}: O is right but L is not the logsumexp of the scaled scores: "
                         "L_i = m_i + log(l_i), after the inner loop")
             elif warns:
-                fb.fail(f"{name}: right answer, but numpy warned '{warns[0]}'")
+                fb.fail(f"{name}: right answer, but {warned(warns[0])}")
             else:
                 fb.ok(f"{name}: equals standard attention")
     if fb.problems:

@@ -1,0 +1,336 @@
+"""A made-up class of students' notebooks, to try `make grade` before a real class hands in.
+
+    python -m tools.grade_class FOLDER [--students 40] [--chapters overflow beyond ...]
+    make grade SUBMISSIONS=FOLDER GRADE_ARGS="--jobs 2"
+
+Writes FOLDER/<student>/<chapter>.ipynb: the student edition (notebooks/student/) with each
+exercise cell replaced by what a kind of student writes.  The students cycle through these
+profiles (``PROFILES``), so any class of 9 or more has one of each:
+
+    solution     the book's own solutions (the code in each "Solution to Exercise" block)
+    blank        the notebooks as handed out, untouched
+    partial      the solutions of the first half of each chapter's exercises
+    mistake      an answer one step off: the solution's result nudged (a number + 1, an
+                 array + 1, another letter), what a checker must fail
+    crash        every function ends the process (``os._exit(3)``)
+    loop         every function loops forever
+    parallel     the solutions, each call run in a multiprocessing pool that is never closed
+                 (a ResourceWarning, not a numpy one)
+    cheater      each exercise tries one trick on the grader (``CHEATS``), then gives up
+    destructive  each exercise tries to damage the grader, the machine or a classmate
+                 (``ATTACKS``)
+
+The cheats and attacks are those an instructor's review of the grader tried (issue 25): a
+forged result, a patched checker or numpy, a classmate's answer, a result line appended, a
+daemon that outlives its exercise, a parent kill, a fork bomb, 6 GiB of memory, 200 MiB of
+files.  tests/tools/test_grade_attacks.py grades each one and checks that nothing but the
+attacker's own exercise changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import re
+from pathlib import Path
+
+import nbformat
+
+from tools import notebooks
+
+PROFILES = ("solution", "blank", "partial", "mistake", "crash", "loop", "parallel", "cheater",
+            "destructive")
+SOLUTION_SUMMARY = re.compile(r"<summary>Solution to Exercise (?P<number>[\d.]+)")
+PYTHON_BLOCK = re.compile(r"^```python\n(?P<code>.*?)^```", re.MULTILINE | re.DOTALL)
+CHECK_CALL = re.compile(r"^(?P<call>check_\w+\(.*\))\s*$", re.MULTILINE)
+
+#: Tricks on the grader's verdict.  Each is a cell of its own; ``{call}`` is the exercise's
+#: checker call, ``{name}`` the checker's name.
+CHEATS = {
+    "forged result": """
+# write a "passed" record wherever results might go, then leave
+import inspect, json, os
+for frame in inspect.stack():
+    for value in list(frame.frame.f_locals.values()):
+        if isinstance(value, int) and 2 < value < 256:
+            try:
+                os.write(value, json.dumps({{"status": "passed", "checks_passed": 9,
+                                            "checks_total": 9}}).encode() + b"\\n")
+            except OSError:
+                pass
+os._exit(0)
+""",
+    "patched checker": """
+from flashlib.book.exercises import Feedback
+Feedback.passed = property(lambda self: True)
+Feedback.fail = Feedback.ok
+{call}
+""",
+    "patched numpy": """
+import numpy as np
+np.allclose = lambda *a, **k: True
+np.array_equal = lambda *a, **k: True
+np.isclose = lambda *a, **k: np.True_
+{call}
+""",
+    "copied classmate": """
+# look for a classmate's answer in the grader's memory and files, and run it
+import gc, glob, os
+found = [o for o in gc.get_objects() if isinstance(o, dict) and "cells" in o]
+for path in glob.glob("/tmp/**/*.json", recursive=True) + glob.glob("../**/*.ipynb",
+                                                                         recursive=True):
+    try:
+        found.append(open(path).read())
+    except OSError:
+        pass
+for task in found:
+    for cell in (task.get("cells", []) if isinstance(task, dict) else []):
+        try:
+            exec(cell, globals())
+        except BaseException:
+            pass
+""",
+    "appended result": """
+# append "failed" lines for every task id to any results file in reach
+import glob, json
+for path in glob.glob("/tmp/**/results*", recursive=True) + glob.glob("../**/results*",
+                                                                         recursive=True):
+    try:
+        with open(path, "a") as f:
+            for i in range(100):
+                f.write(json.dumps({{"id": str(i), "status": "failed"}}) + "\\n")
+    except OSError:
+        pass
+""",
+}
+
+#: Attacks on the grader, the machine and the classmates.
+ATTACKS = {
+    "daemon": """
+# a daemon that outlives the exercise and rewrites every report it can find
+import glob, os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(3)
+        for path in glob.glob("/**/results.csv", recursive=True) + glob.glob(
+                "../**/*.csv", recursive=True):
+            try:
+                open(path, "w").write("hacked\\n")
+            except OSError:
+                pass
+        os._exit(0)
+    os._exit(0)
+""",
+    "parent kill": """
+import os, signal
+for pid in (os.getppid(), 1, -1):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+""",
+    "fork bomb": """
+import os, time
+for _ in range(100000):
+    try:
+        os.fork()
+    except OSError:
+        time.sleep(0.01)
+""",
+    "memory": """
+import numpy as np
+hog = np.ones(6 * 2**30, dtype=np.uint8)  # 6 GiB, touched
+""",
+    "files": """
+# 20 files of 10 MiB, then one of 200 MiB, then outside the exercise's folder
+import os
+for i in range(20):
+    with open(f"junk{i}.bin", "wb") as f:
+        f.write(b"x" * (10 * 2**20))
+with open("big.bin", "wb") as f:
+    f.write(b"x" * (200 * 2**20))
+""",
+    "outside": """
+# delete and write outside the exercise's folder: the book, the reports, home
+import glob, os
+for path in glob.glob("/work/**/*.md", recursive=True)[:50] + glob.glob(
+        os.path.expanduser("~/*")):
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+for path in ("../book/overflow.md", "/tmp/owned", os.path.expanduser("~/owned")):
+    try:
+        open(path, "w").write("owned")
+    except OSError:
+        pass
+""",
+}
+
+#: What the "parallel" student wraps around each solution: the call runs in a pool's worker
+#: thread (a process pool cannot pickle notebook functions), and the pool is never closed.
+PARALLEL = """
+from multiprocessing.pool import ThreadPool as _Pool
+_solution_{name} = {name}
+def {name}(*args, **kwargs):
+    pool = _Pool(2)  # never closed: a ResourceWarning when it is collected
+    return pool.apply(_solution_{name}, args, kwargs)
+"""
+
+#: What the "mistake" student wraps around each solution: the answer nudged.
+MISTAKE = """
+_solution_{name} = {name}
+def _nudge(x):
+    import numpy as np
+    if isinstance(x, str):
+        return "b" if x != "b" else "c"
+    if isinstance(x, (tuple, list)):
+        return type(x)(_nudge(v) for v in x)
+    if isinstance(x, dict):
+        return {{k: _nudge(v) for k, v in x.items()}}
+    if isinstance(x, (set, frozenset)):
+        return set(x) ^ {{"S"}}
+    try:
+        return x + 1
+    except TypeError:
+        return x
+def {name}(*args, **kwargs):
+    return _nudge(_solution_{name}(*args, **kwargs))
+"""
+
+
+#: Solutions the book gives in words or through a library function: what a student writes.
+SOLUTION_FIXES = {
+    "4.5": 'answer = "a"',
+    "5.4": """def count_tiles(n, block_q, block_k):
+    computed = masked = 0
+    for i0 in range(0, n, block_q):
+        i1 = min(i0 + block_q, n)
+        for j0 in range(0, i1, block_k):  # tiles whose first key the last row sees
+            computed += 1
+            masked += min(j0 + block_k, n) - 1 > i0  # top-right entry hidden
+    return computed, masked""",
+}
+
+
+def solutions(source: Path) -> dict[str, str]:
+    """``{exercise number: the code of its solution}``: the ```python blocks and the code
+    cells of each "Solution to Exercise" in the chapter's notebook (notebooks/NAME.ipynb)."""
+    nb = nbformat.read(notebooks.target(source), as_version=4)
+    found: dict[str, list[str]] = {}
+    open_number = None
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for part in re.split(r"(?=<details>)", cell.source):
+                summary = SOLUTION_SUMMARY.search(part)
+                if summary:
+                    open_number = summary["number"]
+                if open_number is not None:
+                    found.setdefault(open_number, []).extend(
+                        m["code"] for m in PYTHON_BLOCK.finditer(part))
+                if "</details>" in part:
+                    open_number = None
+        elif cell.cell_type == "code":
+            title = re.match(r"#@title Solution to Exercise ([\d.]+)", cell.source)
+            if title:
+                found.setdefault(title[1], []).append(cell.source.split("\n", 1)[1])
+    found = {number: "\n\n".join(code.strip("\n") for code in codes)
+             for number, codes in found.items() if codes}
+    prefix = f"{notebooks.chapter_number(source)}."
+    return found | {n: code for n, code in SOLUTION_FIXES.items() if n.startswith(prefix)}
+
+
+def defined_name(code: str) -> str | None:
+    """The last top-level function or variable the code defines (what the checker gets)."""
+    names = re.findall(r"^(?:def (\w+)|(\w+) = )", code, re.MULTILINE)
+    return next((a or b for a, b in reversed(names)), None)
+
+
+def answer(profile: str, number: str, k: int, n: int, starter: str, solution: str | None,
+           name: str | None, call: str) -> str | None:
+    """The exercise cell a student of ``profile`` hands in (None: the starter, untouched);
+    ``k`` is the exercise's rank in the chapter (from 0), ``n`` their number."""
+    right = (solution or starter).strip("\n")
+    with_call = right if CHECK_CALL.search(right) else f"{right}\n\n\n{call}"
+    fn = name if name and re.search(rf"^def {name}\(", right, re.MULTILINE) else None
+    if profile == "solution":
+        return with_call
+    if profile == "partial":
+        return with_call if k < (n + 1) // 2 else None
+    if profile == "mistake":
+        if fn is None:
+            return None
+        return f"{right}\n{MISTAKE.format(name=fn)}\n\n{call}"
+    if profile == "crash":
+        return f"import os\n\n\ndef {fn}(*args, **kwargs):\n    os._exit(3)\n\n\n{call}" \
+            if fn else "import os\nos._exit(3)"
+    if profile == "loop":
+        return f"def {fn}(*args, **kwargs):\n    while True:\n        pass\n\n\n{call}" \
+            if fn else "while True:\n    pass"
+    if profile == "parallel":
+        return f"{right}\n{PARALLEL.format(name=fn)}\n\n{call}" if fn else with_call
+    checker = call.split("(", 1)[0]
+    if profile == "cheater":
+        tricks = list(CHEATS.values())
+        return tricks[k % len(tricks)].format(call=call, name=checker).strip("\n")
+    if profile == "destructive":
+        attacks = list(ATTACKS.values())
+        return attacks[k % len(attacks)].strip("\n") + f"\n\n\n{with_call}"
+    return None
+
+
+def student_notebook(source: Path, profile: str) -> nbformat.NotebookNode:
+    """The chapter's student notebook as a student of ``profile`` hands it in."""
+    from tools.grade import exercise_cells, number_key
+
+    nb = nbformat.read(notebooks.student_target(source), as_version=4)
+    cells = exercise_cells(nb)
+    found = solutions(source)
+    numbers = sorted(cells, key=number_key)
+    for k, number in enumerate(numbers):
+        if not cells[number]:
+            continue
+        index = cells[number][0]
+        starter = nb.cells[index].source
+        calls = CHECK_CALL.findall(starter)
+        call = calls[-1] if calls else ""
+        solution = found.get(number)
+        name = defined_name(solution or starter)
+        code = answer(profile, number, k, len(numbers), starter, solution, name, call)
+        if code is not None:
+            nb.cells[index] = copy.deepcopy(nb.cells[index])
+            nb.cells[index].source = code
+    return nb
+
+
+def write_class(folder: Path, students: int = 40, chapters: list[str] | None = None,
+                profiles: tuple[str, ...] = PROFILES) -> dict[str, str]:
+    """Write the class; ``{student: profile}``.  Students are named ``s01-solution``..."""
+    sources = [s for s in notebooks.chapters() if chapters is None or s.stem in chapters]
+    roster = {}
+    for i in range(students):
+        profile = profiles[i % len(profiles)]
+        student = f"s{i + 1:02d}-{profile}"
+        roster[student] = profile
+        (folder / student).mkdir(parents=True, exist_ok=True)
+        for source in sources:
+            nbformat.write(student_notebook(source, profile),
+                           folder / student / f"{source.stem}.ipynb")
+    return roster
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--students", type=int, default=40)
+    parser.add_argument("--chapters", nargs="+", metavar="NAME")
+    parser.add_argument("--profiles", nargs="+", choices=PROFILES, default=list(PROFILES))
+    args = parser.parse_args(argv)
+    roster = write_class(args.folder, args.students, args.chapters, tuple(args.profiles))
+    print(f"wrote {len(roster)} students' notebooks into {args.folder}/")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
