@@ -382,7 +382,9 @@ def run_tasks(chapters: dict[str, Chapter], tasks: dict[str, list[dict[str, Any]
     errors: dict[str, list[str]] = {name: [] for name in queues}
     if not queues:
         return results, errors
-    context = multiprocessing.get_context("spawn")
+    # fork where it is safe (Linux): no re-import of the caller's __main__, and fast
+    context = multiprocessing.get_context("fork" if sys.platform.startswith("linux")
+                                          else "spawn")
     judges, inflight = [], {}
     for _ in range(max(1, min(jobs, sum(map(len, queues.values()))))):
         ours, theirs = context.Pipe()

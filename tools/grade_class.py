@@ -12,13 +12,18 @@ profiles (``PROFILES``), so any class of 9 or more has one of each:
     partial      the solutions of the first half of each chapter's exercises
     mistake      an answer one step off: the solution's result nudged (a number + 1, an
                  array + 1, another letter), what a checker must fail
-    crash        every function ends the process (``os._exit(3)``)
-    loop         every function loops forever
+    crash        the solutions, but one exercise per chapter ends the process (os._exit)
+    loop         the solutions, but one exercise per chapter loops forever
     parallel     the solutions, each call run in a multiprocessing pool that is never closed
                  (a ResourceWarning, not a numpy one)
     cheater      each exercise tries one trick on the grader (``CHEATS``), then gives up
     destructive  each exercise tries to damage the grader, the machine or a classmate
-                 (``ATTACKS``)
+                 (``ATTACKS``), then answers right
+
+The last two are written only with ``--hostile``: grade such a class only where `make grade`
+says the students' code is confined at the namespaces level (bubblewrap), since without the
+sandbox their code runs with your permissions (the attacks aim at the class's own hidden
+``.canary`` folder only, but a fork bomb and 6 GiB of memory are what they are).
 
 The cheats and attacks are those an instructor's review of the grader tried (issue 25): a
 forged result, a patched checker or numpy, a classmate's answer, a result line appended, a
@@ -40,24 +45,27 @@ from tools import notebooks
 
 PROFILES = ("solution", "blank", "partial", "mistake", "crash", "loop", "parallel", "cheater",
             "destructive")
+#: The profiles that attack the grader: written only when asked (``--hostile``).
+HOSTILE = ("cheater", "destructive")
 SOLUTION_SUMMARY = re.compile(r"<summary>Solution to Exercise (?P<number>[\d.]+)")
 PYTHON_BLOCK = re.compile(r"^```python\n(?P<code>.*?)^```", re.MULTILINE | re.DOTALL)
 CHECK_CALL = re.compile(r"^(?P<call>check_\w+\(.*\))\s*$", re.MULTILINE)
 
-#: Tricks on the grader's verdict.  Each is a cell of its own; ``{call}`` is the exercise's
-#: checker call, ``{name}`` the checker's name.
+#: Tricks on the grader's verdict.  Each is an exercise cell; ``{call}`` stands for the
+#: exercise's checker call, ``{canary}`` for the folder that plays the instructor's files (the
+#: class's hidden ``.canary`` folder, with a ``victim.txt`` to delete), ``{book}`` for the
+#: book's sources; the tricks reach nothing else, so that a run without the sandbox damages
+#: nothing but the class's own folder.
 CHEATS = {
     "forged result": """
-# write a "passed" record wherever results might go, then leave
-import inspect, json, os
-for frame in inspect.stack():
-    for value in list(frame.frame.f_locals.values()):
-        if isinstance(value, int) and 2 < value < 256:
-            try:
-                os.write(value, json.dumps({{"status": "passed", "checks_passed": 9,
-                                            "checks_total": 9}}).encode() + b"\\n")
-            except OSError:
-                pass
+# write a "passed" record into every descriptor the process holds, then leave
+import json, os
+record = json.dumps({"status": "passed", "checks_passed": 9, "checks_total": 9})
+for fd in range(3, 64):
+    try:
+        os.write(fd, record.encode() + b"\\n")
+    except OSError:
+        pass
 os._exit(0)
 """,
     "patched checker": """
@@ -74,11 +82,11 @@ np.isclose = lambda *a, **k: np.True_
 {call}
 """,
     "copied classmate": """
-# look for a classmate's answer in the grader's memory and files, and run it
-import gc, glob, os
+# look for a classmate's answer in the grader's memory and in the files around, and run it
+import gc, glob
 found = [o for o in gc.get_objects() if isinstance(o, dict) and "cells" in o]
-for path in glob.glob("/tmp/**/*.json", recursive=True) + glob.glob("../**/*.ipynb",
-                                                                         recursive=True):
+for path in glob.glob("{canary}/../**/*.ipynb", recursive=True) + glob.glob(
+        "/tmp/**/*.json", recursive=True):
     try:
         found.append(open(path).read())
     except OSError:
@@ -86,55 +94,56 @@ for path in glob.glob("/tmp/**/*.json", recursive=True) + glob.glob("../**/*.ipy
 for task in found:
     for cell in (task.get("cells", []) if isinstance(task, dict) else []):
         try:
-            exec(cell, globals())
+            exec(cell if isinstance(cell, str) else cell.get("source", ""), globals())
         except BaseException:
             pass
 """,
     "appended result": """
-# append "failed" lines for every task id to any results file in reach
+# append "failed" lines for every task to any results file in reach
 import glob, json
-for path in glob.glob("/tmp/**/results*", recursive=True) + glob.glob("../**/results*",
-                                                                         recursive=True):
+for path in glob.glob("{canary}/../**/results*", recursive=True) + glob.glob(
+        "/tmp/**/results*", recursive=True):
     try:
         with open(path, "a") as f:
             for i in range(100):
-                f.write(json.dumps({{"id": str(i), "status": "failed"}}) + "\\n")
+                f.write(json.dumps({"id": str(i), "status": "failed"}) + "\\n")
     except OSError:
         pass
 """,
 }
 
-#: Attacks on the grader, the machine and the classmates.
+#: Attacks on the grader, the machine and the classmates (the same bounds as ``CHEATS``).
 ATTACKS = {
     "daemon": """
-# a daemon that outlives the exercise and rewrites every report it can find
+# a daemon that outlives the exercise and rewrites the reports
 import glob, os, time
 if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
         time.sleep(3)
-        for path in glob.glob("/**/results.csv", recursive=True) + glob.glob(
-                "../**/*.csv", recursive=True):
+        for path in glob.glob("{canary}/../**/*.csv", recursive=True):
             try:
                 open(path, "w").write("hacked\\n")
             except OSError:
                 pass
+        try:
+            open("{canary}/daemon-was-here", "w").write("hacked")
+        except OSError:
+            pass
         os._exit(0)
     os._exit(0)
 """,
     "parent kill": """
 import os, signal
-for pid in (os.getppid(), 1, -1):
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
+os.kill(os.getppid(), signal.SIGKILL)
 """,
     "fork bomb": """
 import os, time
-for _ in range(100000):
+for _ in range(2000):
     try:
-        os.fork()
+        if os.fork() == 0:
+            time.sleep(10)
+            os._exit(0)
     except OSError:
         time.sleep(0.01)
 """,
@@ -143,8 +152,7 @@ import numpy as np
 hog = np.ones(6 * 2**30, dtype=np.uint8)  # 6 GiB, touched
 """,
     "files": """
-# 20 files of 10 MiB, then one of 200 MiB, then outside the exercise's folder
-import os
+# 20 files of 10 MiB, then one of 200 MiB
 for i in range(20):
     with open(f"junk{i}.bin", "wb") as f:
         f.write(b"x" * (10 * 2**20))
@@ -152,21 +160,35 @@ with open("big.bin", "wb") as f:
     f.write(b"x" * (200 * 2**20))
 """,
     "outside": """
-# delete and write outside the exercise's folder: the book, the reports, home
-import glob, os
-for path in glob.glob("/work/**/*.md", recursive=True)[:50] + glob.glob(
-        os.path.expanduser("~/*")):
-    try:
-        os.remove(path)
-    except OSError:
-        pass
-for path in ("../book/overflow.md", "/tmp/owned", os.path.expanduser("~/owned")):
+# delete and write outside the exercise's folder: the instructor's files, the book
+import os
+try:
+    os.remove("{canary}/victim.txt")
+except OSError:
+    pass
+for path in ("{canary}/owned.txt", "{book}/grade-canary.md"):
     try:
         open(path, "w").write("owned")
     except OSError:
         pass
 """,
 }
+CANARY = ".canary"
+
+
+def canary(folder: Path) -> Path:
+    """The class's stand-in for the instructor's files (a hidden folder: not graded)."""
+    path = folder / CANARY
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "victim.txt").write_text("the instructor's file\n", encoding="utf-8")
+    return path
+
+
+def hostile(code: str, folder: Path) -> str:
+    """A cheat or attack with its placeholders filled in for the class in ``folder``."""
+    return code.replace("{canary}", str(canary(folder).resolve())).replace(
+        "{book}", str(notebooks.ROOT / "book"))
+
 
 #: What the "parallel" student wraps around each solution: the call runs in a pool's worker
 #: thread (a process pool cannot pickle notebook functions), and the pool is never closed.
@@ -262,6 +284,8 @@ def answer(profile: str, number: str, k: int, n: int, starter: str, solution: st
         if fn is None:
             return None
         return f"{right}\n{MISTAKE.format(name=fn)}\n\n{call}"
+    if profile in ("crash", "loop") and k != n // 2:  # one exercise per chapter goes wrong
+        return with_call
     if profile == "crash":
         return f"import os\n\n\ndef {fn}(*args, **kwargs):\n    os._exit(3)\n\n\n{call}" \
             if fn else "import os\nos._exit(3)"
@@ -270,18 +294,19 @@ def answer(profile: str, number: str, k: int, n: int, starter: str, solution: st
             if fn else "while True:\n    pass"
     if profile == "parallel":
         return f"{right}\n{PARALLEL.format(name=fn)}\n\n{call}" if fn else with_call
-    checker = call.split("(", 1)[0]
     if profile == "cheater":
         tricks = list(CHEATS.values())
-        return tricks[k % len(tricks)].format(call=call, name=checker).strip("\n")
+        return tricks[k % len(tricks)].replace("{call}", call).strip("\n")
     if profile == "destructive":
         attacks = list(ATTACKS.values())
         return attacks[k % len(attacks)].strip("\n") + f"\n\n\n{with_call}"
     return None
 
 
-def student_notebook(source: Path, profile: str) -> nbformat.NotebookNode:
-    """The chapter's student notebook as a student of ``profile`` hands it in."""
+def student_notebook(source: Path, profile: str, folder: Path | None = None
+                     ) -> nbformat.NotebookNode:
+    """The chapter's student notebook as a student of ``profile`` hands it in (``folder``:
+    the class's, whose ``.canary`` the hostile profiles aim at)."""
     from tools.grade import exercise_cells, number_key
 
     nb = nbformat.read(notebooks.student_target(source), as_version=4)
@@ -298,6 +323,10 @@ def student_notebook(source: Path, profile: str) -> nbformat.NotebookNode:
         solution = found.get(number)
         name = defined_name(solution or starter)
         code = answer(profile, number, k, len(numbers), starter, solution, name, call)
+        if code is not None and profile in HOSTILE:
+            if folder is None:
+                raise ValueError(f"the {profile} profile needs the class's folder")
+            code = hostile(code, folder)
         if code is not None:
             nb.cells[index] = copy.deepcopy(nb.cells[index])
             nb.cells[index].source = code
@@ -315,7 +344,7 @@ def write_class(folder: Path, students: int = 40, chapters: list[str] | None = N
         roster[student] = profile
         (folder / student).mkdir(parents=True, exist_ok=True)
         for source in sources:
-            nbformat.write(student_notebook(source, profile),
+            nbformat.write(student_notebook(source, profile, folder),
                            folder / student / f"{source.stem}.ipynb")
     return roster
 
@@ -325,9 +354,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("folder", type=Path)
     parser.add_argument("--students", type=int, default=40)
     parser.add_argument("--chapters", nargs="+", metavar="NAME")
-    parser.add_argument("--profiles", nargs="+", choices=PROFILES, default=list(PROFILES))
+    parser.add_argument("--profiles", nargs="+", choices=PROFILES,
+                        help="the kinds of students, in turn (default: all but the hostile)")
+    parser.add_argument("--hostile", action="store_true",
+                        help="add the cheater and the destructive student: grade such a class "
+                             "only where `make grade` reports the namespaces level")
     args = parser.parse_args(argv)
-    roster = write_class(args.folder, args.students, args.chapters, tuple(args.profiles))
+    profiles = args.profiles or [p for p in PROFILES if args.hostile or p not in HOSTILE]
+    roster = write_class(args.folder, args.students, args.chapters, tuple(profiles))
     print(f"wrote {len(roster)} students' notebooks into {args.folder}/")
     return 0
 

@@ -246,7 +246,12 @@ class TaskLink:
             if self.output_fd is not None and self.output_fd in ready:
                 self.drain()
             if self.sock in ready:
-                return rpc.recv(self.sock, self.deadline)
+                try:
+                    return rpc.recv(self.sock, self.deadline)
+                except rpc.WireError as err:
+                    self.malformed = ("its process wrote data the grader could not read into "
+                                      f"its socket ({err})")
+                    raise rpc.Gone(self.malformed) from None
 
     def decode(self, tree: Any, buffers: list[bytes]) -> Any:
         try:
@@ -478,6 +483,9 @@ class Judge:
                        "cells": task["cells"], "checkers": chapter["checkers"], "args": args,
                        "kwargs": kwargs, "tolerant": not self.options.strict})
             ran, buffers = link.recv()
+            if ran.get("ev") == "started":  # the earlier cells are done: the clock restarts
+                link.deadline = time.monotonic() + timeout
+                ran, buffers = link.recv()
             if ran.get("ev") != "ran":
                 raise rpc.Gone("unexpected answer")
             notes = [one_line(n) for n in ran.get("notes", []) if isinstance(n, str)][:10]
@@ -489,7 +497,6 @@ class Judge:
                         "first_problem": cell_error or one_line(
                             f"{exercise['call']} raised {ran['arg_error']}")}
             values = link.decode(ran.get("value"), buffers)
-            link.deadline = time.monotonic() + timeout
             checker = _import(exercise["checker"])
             fb = checker(*values.get("args", []), **values.get("kwargs", {}))
         except rpc.Deadline:

@@ -150,7 +150,7 @@ def run_cell(shell: Any, source: str) -> BaseException | None:
     return result.error_before_exec or result.error_in_exec
 
 
-def run_student(shell: Any, request: dict[str, Any]) -> dict[str, Any]:
+def run_student(shell: Any, request: dict[str, Any], started: Any = None) -> dict[str, Any]:
     """The ``run`` request: the student's earlier exercise cells (``prelude``, their errors
     theirs, each interrupted when the budget is spent), then this exercise's cells
     (``cells``; with ``tolerant``, top-level statements that do not parse are skipped), the
@@ -175,6 +175,8 @@ def run_student(shell: Any, request: dict[str, Any]) -> dict[str, Any]:
             if isinstance(err, Interrupted):
                 notes.append(f"your cell of Exercise {number} was interrupted (still running "
                              "after the time for earlier exercises' cells)")
+    if started is not None:  # the exercise's own time starts now
+        started()
     cell_error = syntax_error = None
     skipped: list[int] = []
     for source in request["cells"]:
@@ -247,7 +249,8 @@ class Server:
             header, buffers = rpc.recv(self.sock)
             op = header.get("op")
             if op == "run":
-                reply = run_student(self.shell, header)
+                reply = run_student(self.shell, header,
+                                    lambda: rpc.send(self.sock, {"ev": "started"}))
                 values = reply.pop("values", None)
                 self.send(reply, values)
             elif op in ("call", "helper"):
@@ -313,6 +316,7 @@ def exercise_process(shell: Any, config: dict[str, Any], sock_fd: int, out_fd: i
         level = config["level"]
         if level == "namespaces":
             sandbox.enter_task_namespaces(config["limits"]["disk"], close=(sock_fd, out_fd))
+            os.setsid()
             work = Path("/tmp/work")
         else:
             os.setsid()
