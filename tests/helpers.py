@@ -239,3 +239,18 @@ def not_attempted(*args):
 
 def crashing(*args):
     raise ValueError("oops")
+
+
+def learner_copy(fn):
+    """A learner's copy of a library function: its source compiled again in a copy of its
+    module's namespace, as a student who pasted the code the page shows hands it in.  The
+    checkers refuse the library's own function where the exercise asks for it
+    (flashlib.book.exercises.forbidding), not a copy of its code."""
+    import inspect
+    import textwrap
+
+    original = inspect.unwrap(fn)
+    namespace = dict(original.__globals__)
+    exec(compile(textwrap.dedent(inspect.getsource(original)),  # noqa: S102
+                 f"<a copy of {original.__qualname__}>", "exec"), namespace)
+    return namespace[original.__name__]

@@ -91,6 +91,9 @@ __all__ = [
     "call_learner",
     "checker",
     "forbidding",
+    "names",
+    "ATTENTION",
+    "MERGES",
     "library_codes",
     "watching",
     "library_call_problem",
@@ -236,6 +239,26 @@ def warned(warning: str) -> str:
 # Refusing answers that call the library
 # ---------------------------------------------------------------------------------------------
 
+#: The library's attention functions: the answer to "write attention" (forbidden by the
+#: exercises that ask for it).
+ATTENTION = ("flashlib.fast.naive.naive_attention", "flashlib.fast.forward.flash_attention",
+             "flashlib.fast.flash_v1.flash_attention_v1", "flashlib.algorithms.standard_attention",
+             "flashlib.algorithms.flash1_forward", "flashlib.algorithms.flash2_forward",
+             "flashlib.algorithms.masked_flash_forward",
+             "flashlib.algorithms.grouped_query_attention", "flashlib.algorithms.split_kv_decode")
+#: The library's merges of partial softmax states.
+MERGES = ("flashlib.algorithms.merge_states", "flashlib.fast.online.merge_partials",
+          "flashlib.fast.online.merge_in_order", "flashlib.fast.online.merge_random_tree")
+
+
+def names(*groups: tuple[str, ...] | str) -> dict[str, None]:
+    """A ``forbid`` spec refusing every call of the named functions."""
+    out: dict[str, None] = {}
+    for group in groups:
+        out |= dict.fromkeys((group,) if isinstance(group, str) else group)
+    return out
+
+
 #: The library functions the running checker forbids: ``{dotted name: rule or None}``.  A
 #: rule takes the shapes of the call's positional arguments (None for a non-array) and
 #: returns why the call is refused, or None to allow it.
@@ -261,14 +284,18 @@ def forbidden_names() -> list[str]:
 
 
 def _resolve(name: str) -> Any:
-    module, _, rest = name.partition(".")
-    obj = importlib.import_module(module)
-    for part in rest.split("."):
+    """The object of a dotted name: the longest importable module, then attributes (a
+    package's attribute may hide its module of the same name: flashlib.fast.softmax)."""
+    parts = name.split(".")
+    for i in range(len(parts) - 1, 0, -1):
         try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for part in parts[i:]:
             obj = getattr(obj, part)
-        except AttributeError:
-            obj = importlib.import_module(f"{obj.__name__}.{part}")
-    return obj
+        return obj
+    raise ImportError(f"cannot resolve {name!r}")
 
 
 def library_codes(names: list[str]) -> dict[Any, str]:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from flashlib.algorithms import safe_softmax
-from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker, fmt
+from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker, fmt, names
 from flashlib.core.constants import LN2, LOG2E
 from flashlib.core.measure import measure_peak
 from flashlib.fast.naive import naive_attention_backward
@@ -124,7 +124,9 @@ def _delta_O_hint(got: np.ndarray, p: dict[str, np.ndarray]) -> str:
     return "D_i = rowsum(dO_i * O_i): multiply elementwise, sum over the columns (axis=-1)"
 
 
-@checker("D two ways")
+@checker("D two ways",
+         forbid=names("flashlib.algorithms.delta_from_O",
+                      "flashlib.studies.backward.delta_from_P"))
 def check_delta(fb: Feedback, delta_from_P: Callable[..., Any],
                 delta_from_O: Callable[..., Any] | None = None) -> None:
     """Check ``delta_from_P(P, dP)`` and ``delta_from_O(O, dO)``: both equal
@@ -203,7 +205,8 @@ def _reference_dS(p: dict[str, np.ndarray]) -> tuple[np.ndarray, str]:
     return softmax_vjp(p["P"], p["dP"]), "the softmax's Jacobian"
 
 
-@checker("dS for one tile")
+@checker("dS for one tile",
+         forbid=names("flashlib.studies.backward.softmax_vjp"))
 def check_ds_tile(fb: Feedback, ds_tile: Callable[..., Any]) -> None:
     """Check ``ds_tile(P_ij, dP_ij, D_i) -> dS_ij``: P_ij and dP_ij (B_r, B_c) tiles, D_i
     (B_r,) the rows' D = rowsum(dO * O), against the tile of dS = d loss / dS computed by
@@ -256,7 +259,8 @@ BASE2_CASES = [
 ]
 
 
-@checker("P from a base-2 logsumexp")
+@checker("P from a base-2 logsumexp",
+         forbid=names("flashlib.studies.backward.p_from_lse", "flashlib.algorithms.recompute_P"))
 def check_p_from_base2(fb: Feedback, p_from_base2: Callable[..., Any]) -> None:
     """Check ``p_from_base2(S_ij, M_i) -> P_ij``: S_ij a (B_r, B_c) tile of scaled scores in
     natural units, M_i (B_r,) the base-2 logsumexp of those rows (M = m2 + log2(l2) =
@@ -356,7 +360,9 @@ def _fd_variants(x: np.ndarray, h: float) -> list[tuple[np.ndarray, str]]:
     ]
 
 
-@checker("finite-difference gradient check")
+@checker("finite-difference gradient check",
+         forbid=names("flashlib.studies.backward.central_difference",
+                      "flashlib.studies.backward.fd_attention_grads"))
 def check_finite_differences(fb: Feedback, fd_grad: Callable[..., Any]) -> None:
     """Check ``fd_grad(f, X, h) -> grad``, the central-difference gradient of the scalar
     function f at X (one entry perturbed by +h and -h at a time, X left as it was): first on

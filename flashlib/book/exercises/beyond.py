@@ -12,7 +12,16 @@ from collections.abc import Callable
 import numpy as np
 
 from flashlib import naive_attention
-from flashlib.book.exercises import Feedback, call_learner, checker, shape_problem, warned
+from flashlib.book.exercises import (
+    ATTENTION,
+    Feedback,
+    call_learner,
+    checker,
+    forbidding,
+    names,
+    shape_problem,
+    warned,
+)
 from flashlib.core.measure import measure_peak
 
 __all__ = ["check_split_kv", "check_grouped_query", "check_kv_grad"]
@@ -68,7 +77,21 @@ def _decode_problem(seed: int, n_q: int, n: int, d: int, d_v: int, logit: float 
     return q, k, rng.standard_normal((n, d_v))
 
 
-@checker("split-KV decoding")
+def _all_keys_at_once(n_keys: int):
+    """The rule of split-KV: the library's attention may compute a share, not all the keys."""
+    def rule(shapes: list) -> str | None:
+        k = shapes[1] if len(shapes) > 1 else None
+        if k is not None and len(k) >= 2 and k[-2] >= n_keys:
+            return (f"your code runs flashlib's attention over all {n_keys} keys at once: "
+                    "compute each share of the keys on its own, then merge")
+        return None
+
+    return rule
+
+
+@checker("split-KV decoding",
+         forbid=names("flashlib.algorithms.split_kv_decode",
+                      "flashlib.studies.beyond.split_kv_tree"))
 def check_split_kv(fb: Feedback, fn: Callable[..., np.ndarray]) -> None:
     """Check ``split_kv(q, K, V, n_splits)`` -> attention of q (n_q, d) over K (N, d), V (N, d_v)
     computed on ``n_splits`` shares of the keys and merged with the logsumexps."""
@@ -82,7 +105,10 @@ def check_split_kv(fb: Feedback, fn: Callable[..., np.ndarray]) -> None:
     for name, splits, args in cases:
         with fb.case(name):
             q, k, v = _decode_problem(*args)
-            got, warns = call_learner(fn, q.copy(), k.copy(), v.copy(), splits)
+            whole = {lib: _all_keys_at_once(len(k)) for lib in ATTENTION
+                     if lib != "flashlib.algorithms.split_kv_decode" and splits > 1}
+            with forbidding(whole):
+                got, warns = call_learner(fn, q.copy(), k.copy(), v.copy(), splits)
             want = naive_attention(q, k, v)
             problem = shape_problem(got, want.shape)
             if problem:
@@ -117,7 +143,8 @@ def _gqa_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, interleaved: boo
     return naive_attention(q, np.take(k, heads, axis=-3), np.take(v, heads, axis=-3))
 
 
-@checker("grouped-query attention")
+@checker("grouped-query attention",
+         forbid=names(ATTENTION))
 def check_grouped_query(fb: Feedback, fn: Callable[..., np.ndarray]) -> None:
     """Check ``gqa(q, k, v)``: q (..., h_q, n_q, d), k (..., h_kv, n_k, d), v (..., h_kv, n_k,
     d_v) -> (..., h_q, n_q, d_v), query head h with K/V head h // (h_q // h_kv), and without a

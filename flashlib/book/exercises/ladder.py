@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker, warned
+from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker, names, warned
 from flashlib.core.constants import LOG2E
 from flashlib.core.masks import causal_tiles
 from flashlib.studies.ladder import RESCALE_THRESHOLD
@@ -203,7 +203,8 @@ def check_needs_rescale(
                 fb.ok(f"{name}: correct")
 
 
-@checker("causal tiles")
+@checker("causal tiles",
+         forbid=names("flashlib.core.masks.causal_tiles", "flashlib.core.masks.classify_tiles"))
 def check_causal_tiles(fb: Feedback, fn: Callable[[int, int, int], tuple[int, int]]) -> None:
     """``fn(n, block_q, block_k)`` -> (computed, masked) tile counts of an n x n top-left
     causal score matrix, as :func:`flashlib.core.masks.causal_tiles` (which also returns the

@@ -20,10 +20,12 @@ from typing import Any
 import numpy as np
 
 from flashlib.book.exercises import (
+    ATTENTION,
     Feedback,
     LearnerError,
     call_learner,
     checker,
+    names,
     shape_problem,
     warned,
 )
@@ -103,7 +105,9 @@ _TILE_HINTS = {
 }
 
 
-@checker("tile class")
+@checker("tile class",
+         forbid=names("flashlib.core.masks.band_tile_class", "flashlib.core.masks.tile_class",
+                      "flashlib.core.masks.classify_tiles"))
 def check_tile_class(fb: Feedback, fn: Callable[..., Any]) -> None:
     """Check ``tile_class(i0, i1, j0, j1, lo, hi, length)`` on every tile of
     :data:`TILE_CASES` against the dense mask (row i sees key j when i + lo <= j <= i + hi and
@@ -142,7 +146,8 @@ def check_tile_class(fb: Feedback, fn: Callable[..., Any]) -> None:
 BLIND_CASES = [(5, 2, 3), (9, 4, 2), (7, 1, 4), (4, 4, 2), (3, 8, 2), (1, 1, 1)]
 
 
-@checker("rows that see no key")
+@checker("rows that see no key",
+         forbid=names(ATTENTION))
 def check_blind_rows(fb: Feedback, fn: Callable[[int, int, int], Any]) -> None:
     """Check ``blind_rows(n_q, n_k, d_v) -> (rows, O_rows, lse_rows)`` under the bottom-right
     causal mask: the row indices with no visible key, their outputs (len(rows), d_v) and their
@@ -238,7 +243,8 @@ def _nan_cases() -> list[tuple[str, int, int, int, int, np.ndarray]]:
     ]
 
 
-@checker("find the NaN")
+@checker("find the NaN",
+         forbid=names(ATTENTION))
 def check_guarded_forward(fb: Feedback, fn: Callable[..., Any]) -> None:
     """Check ``guarded_forward(Q, K, V, mask, B_r, B_c) -> (O, L)`` against masked attention on
     tiles where a row sees no key (before it sees some, or at all): no NaN, no warning, O = 0
@@ -286,7 +292,8 @@ def check_guarded_forward(fb: Feedback, fn: Callable[..., Any]) -> None:
 # --- flash-attn's window_size ----------------------------------------------------------------
 
 
-@checker("flash-attn window_size")
+@checker("flash-attn window_size",
+         forbid=names("flashlib.core.masks.window_from"))
 def check_window_size(fb: Feedback, fn: Callable[[int], Any]) -> None:
     """Check ``window_size_for(W) -> (left, right)``: flash-attn's ``window_size`` for causal
     attention over "W tokens including the current one" (Transformers' ``sliding_window=W``)."""

@@ -13,7 +13,16 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker, fmt, warned
+from flashlib.book.exercises import (
+    MERGES,
+    Feedback,
+    LearnerError,
+    call_learner,
+    checker,
+    fmt,
+    names,
+    warned,
+)
 from flashlib.fast.online import (
     PartialAttention,
     finalize_partial,
@@ -45,7 +54,11 @@ def _as_pair(result: Any) -> tuple[float, float]:
         raise LearnerError(f"return a pair (m_new, l_new), got {result!r}") from None
 
 
-@checker("online softmax update")
+@checker("online softmax update",
+         forbid=names("flashlib.algorithms.online_update",
+                      "flashlib.fast.online.online_softmax_update",
+                      "flashlib.fast.online.online_softmax",
+                      "flashlib.fast.online.two_pass_softmax_state"))
 def check_online_update(fb: Feedback,
                         fn: Callable[[float, float, float], tuple[float, float]]) -> None:
     """Check ``update(m, l, x) -> (m_new, l_new)``, the one-value online softmax step."""
@@ -142,7 +155,8 @@ def _same_partial(p: PartialAttention, q: PartialAttention) -> bool:
             and np.allclose(p.acc, q.acc, rtol=1e-12, atol=1e-15))
 
 
-@checker("merge of partial states")
+@checker("merge of partial states",
+         forbid=names(MERGES))
 def check_merge(fb: Feedback, fn: Callable[[PartialAttention, PartialAttention], Any]) -> None:
     """Check ``merge(a, b) -> (m, l, acc)`` of two partial attention states."""
     a, b, s, v = _random_partials(0)

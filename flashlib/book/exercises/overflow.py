@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.book.exercises import Feedback, call_learner, checker, fmt, warned
+from flashlib.book.exercises import Feedback, call_learner, checker, fmt, names, warned
 from flashlib.fast.softmax import softmax
 from flashlib.studies.overflow import exp_overflow_threshold
 
@@ -32,7 +32,8 @@ def _reference_softmax(x: np.ndarray) -> np.ndarray:
     return softmax(np.asarray(x, dtype=np.float64), axis=-1)
 
 
-@checker("stable softmax")
+@checker("stable softmax",
+         forbid=names("flashlib.fast.softmax.softmax", "flashlib.algorithms.safe_softmax"))
 def check_stable_softmax(fb: Feedback, fn: Callable[[np.ndarray], np.ndarray]) -> None:
     """Check a learner's ``softmax(x)`` along the last axis: finite, exact, dtype-preserving."""
     over = ("exp of a large logit overflows to inf and inf/inf is NaN: subtract the max first, "
@@ -77,7 +78,8 @@ def check_stable_softmax(fb: Feedback, fn: Callable[[np.ndarray], np.ndarray]) -
                 fb.ok(f"{name}: correct")
 
 
-@checker("overflow threshold")
+@checker("overflow threshold",
+         forbid=names("flashlib.studies.overflow.exp_overflow_threshold"))
 def check_overflow_threshold(fb: Feedback, answer: float | Callable[[Any], float],
                              dtype: Any = np.float16) -> None:
     """Check the largest ``x`` of ``dtype`` with finite ``exp(x)``.
@@ -121,7 +123,8 @@ def check_overflow_threshold(fb: Feedback, answer: float | Callable[[Any], float
                 fb.fail(f"{dt}: {float(x)!r} is not the threshold {want!r}{note}")
 
 
-@checker("memory of S")
+@checker("memory of S",
+         forbid=names("flashlib.studies.intro.score_matrix_bytes"))
 def check_score_bytes(fb: Feedback, fn: Callable[[int, Any], int]) -> None:
     """Check ``score_bytes(n, dtype)``: bytes of one (n, n) score matrix ``S`` in ``dtype``.
 
@@ -169,7 +172,8 @@ def check_score_bytes(fb: Feedback, fn: Callable[[int, Any], int]) -> None:
         fb.fail(f"{label}: got {got:,}, expected {want:,}: {reason}")
 
 
-@checker("scale without promotion")
+@checker("scale without promotion",
+         forbid=names("flashlib.studies.overflow.scale_scores"))
 def check_scale_keeps_dtype(fb: Feedback, fn: Callable[[np.ndarray, int], np.ndarray]) -> None:
     """Check ``scale(s, d)`` = ``s / sqrt(d)`` in ``s``'s own dtype, without modifying ``s``."""
     rng = np.random.default_rng(0)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker, fmt
+from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker, fmt, names
 from flashlib.core.accuracy import error_stats
 from flashlib.studies.precision import (
     Casts,
@@ -94,7 +94,9 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=True))
 
 
-@checker("round_to")
+@checker("round_to",
+         forbid=names("flashlib.studies.precision.round_to", "flashlib.studies.precision.quantize",
+                      "flashlib.studies.precision.as_dtype"))
 def check_round_to(fb: Feedback, fn: Callable[[np.ndarray, str], np.ndarray]) -> None:
     """Check ``round_to(x, dtype)``: x rounded to the nearest value of ``dtype`` (ties to even),
     returned as a float64 array, for bfloat16, float16 and both float8 formats."""
@@ -155,7 +157,8 @@ def _sequential(terms: Iterable[float], dtype: str) -> float:
     return total
 
 
-@checker("dot product with a bfloat16 accumulator")
+@checker("dot product with a bfloat16 accumulator",
+         forbid=names("flashlib.studies.precision.dot", "flashlib.studies.precision.accumulate"))
 def check_bf16_dot(fb: Feedback, fn: Callable[[np.ndarray, np.ndarray], float]) -> None:
     """Check ``dot_bf16(x, y)``: each product exact, each addition rounded to bfloat16, one
     term after another from 0."""
@@ -304,7 +307,8 @@ def _rule_cases() -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray, bool, s
     ]
 
 
-@checker("flash-attn's 2x rule as an assertion")
+@checker("flash-attn's 2x rule as an assertion",
+         forbid=names("flashlib.core.accuracy.assert_error_within"))
 def check_rule_helper(fb: Feedback, fn: Callable[[np.ndarray, np.ndarray, np.ndarray], Any]
                       ) -> None:
     """Check ``assert_within_2x(out, plain, ref)``: raises AssertionError exactly when
@@ -341,7 +345,8 @@ def _fp8_error(Q: np.ndarray, K: np.ndarray, V: np.ndarray, ref: np.ndarray) -> 
         return error_stats(fp8_attention(Q, K, V, block_scaling=False), ref).rms
 
 
-@checker("Hadamard rotation")
+@checker("Hadamard rotation",
+         forbid=names("flashlib.studies.precision.random_hadamard"))
 def check_rotation(fb: Feedback, fn: Callable[..., tuple[np.ndarray, np.ndarray]]) -> None:
     """Check ``rotate(Q, K, rng) -> (Q_rot, K_rot)``: the scores Q K^T unchanged, and
     per-tensor FP8 attention of (Q_rot, K_rot, V) more accurate than of (Q, K, V) on inputs

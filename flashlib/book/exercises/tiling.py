@@ -19,7 +19,15 @@ from typing import Any
 import numpy as np
 
 from flashlib.algorithms import standard_attention
-from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker, warned
+from flashlib.book.exercises import (
+    ATTENTION,
+    Feedback,
+    LearnerError,
+    call_learner,
+    checker,
+    names,
+    warned,
+)
 from flashlib.core.measure import measure_peak
 from flashlib.studies.io_model import block_counts, paper_block_sizes
 from flashlib.studies.tiling import logged_tiles
@@ -112,7 +120,8 @@ def _as_output(result: Any, n_q: int, d_v: int) -> tuple[np.ndarray, np.ndarray 
     return O, L
 
 
-@checker("FlashAttention-2 forward")
+@checker("FlashAttention-2 forward",
+         forbid=names(ATTENTION))
 def check_flash2_forward(fb: Feedback, fn: Callable[..., Any]) -> None:
     """Check ``flash2_forward(Q, K, V, B_r, B_c) -> O`` (or ``(O, L)``) against standard
     attention on ragged shapes, then that it never allocates an (N_q, N_k) array."""
@@ -193,7 +202,9 @@ def _schedule_variants(n_q: int, n_k: int, B_r: int, B_c: int, order: str
     ]
 
 
-@checker("tile schedule")
+@checker("tile schedule",
+         forbid=names(ATTENTION, "flashlib.studies.tiling.logged_tiles",
+                      "flashlib.studies.tiling.run_counted"))
 def check_tile_schedule(fb: Feedback, fn: Callable[[int, int, int, int, str], Any]) -> None:
     """Check ``tile_schedule(n_q, n_k, B_r, B_c, order) -> [(i, j), ...]`` against the tiles in
     the event log of the teaching functions, for "v1" and "v2"."""
@@ -251,7 +262,12 @@ def _o_writes_hint(got: float, N: int, B_r: int, B_c: int, order: str) -> str:
                           f"T_c = ceil(N / B_c) = {T_c}")
 
 
-@checker("writes of O")
+@checker("writes of O",
+         forbid=names(ATTENTION, "flashlib.studies.tiling.count_io",
+                      "flashlib.studies.tiling.run_counted",
+                      "flashlib.studies.tiling.schedule_counts",
+                      "flashlib.studies.io_model.io_count",
+                      "flashlib.studies.io_model.block_counts"))
 def check_o_writes(fb: Feedback, fn: Callable[[int, int, int, str], Any]) -> None:
     """Check ``o_writes(N, B_r, B_c, order)``: the block writes of O (``mem.write(O, i,
     ...)``; not the initialisation) of Algorithm 1 ("v1") and FlashAttention-2 ("v2") for
@@ -284,7 +300,9 @@ BLOCK_CASES = [(1000, 64), (98304, 64), (98304, 128), (100, 64), (12345, 16), (6
                (5000, 3), (10**6, 128)]
 
 
-@checker("block sizes from M")
+@checker("block sizes from M",
+         forbid=names("flashlib.studies.io_model.paper_block_sizes",
+                      "flashlib.studies.io_model.block_sizes"))
 def check_block_sizes(fb: Feedback, fn: Callable[[int, int], Any]) -> None:
     """Check ``block_sizes(M, d) -> (B_r, B_c)``: B_c = ceil(M / 4d), B_r = min(B_c, d)."""
     for M, d in BLOCK_CASES:

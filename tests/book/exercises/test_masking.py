@@ -10,7 +10,12 @@ from flashlib.algorithms import masked_flash_forward
 from flashlib.book.exercises import NOT_ATTEMPTED
 from flashlib.book.exercises import masking as mx
 from flashlib.core.masks import band_tile_class
-from tests.helpers import assert_fails_with, crashing, not_attempted, text
+from tests.helpers import assert_fails_with, crashing, learner_copy, not_attempted, text
+
+# What a learner who copied the library's code hands in (the library's own functions are
+# refused where the exercise asks for them: test_library_functions_are_refused)
+band_tile_class = learner_copy(band_tile_class)
+masked_flash_forward = learner_copy(masked_flash_forward)
 
 ALL = [mx.check_tile_class, mx.check_blind_rows, mx.check_guarded_forward,
        mx.check_window_size]
@@ -103,3 +108,12 @@ def test_window_size():
     assert_fails_with(mx.check_window_size(lambda W: (W, W)), "future keys", "inclusive")
     assert_fails_with(mx.check_window_size(lambda W: (W - 2, 0)), "keys, not")
     assert_fails_with(mx.check_window_size(lambda W: W), "pair")
+
+
+def test_library_functions_are_refused():
+    """An answer that is, or calls, the library's function is refused, with the reason."""
+    from flashlib.core import masks
+
+    assert_fails_with(mx.check_tile_class(masks.band_tile_class), "refused", "band_tile_class")
+    assert_fails_with(mx.check_tile_class(lambda *a: masks.band_tile_class(*a)), "refused",
+                      "your code calls flashlib's `band_tile_class`")
