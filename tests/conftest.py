@@ -2,10 +2,12 @@
 
 Markers (pyproject.toml): ``site`` needs the built book (``make book``: _build/html) and
 ``student_site`` its student edition (``make book-student``); ``browser`` needs Chromium
-(tools/browser.py finds it); ``gpu`` needs a CUDA GPU; ``slow`` builds fresh virtual
-environments.  A test whose requirement is missing is skipped, with the reason, so that a
-plain ``pytest`` on a fresh clone passes; ``make test`` sets ``FLASHLIB_REQUIRE_ALL=1``, and
-then a missing site or browser fails the run instead (only ``gpu`` may still skip).
+(tools/browser.py finds it); ``gpu`` needs a CUDA GPU; ``sandbox`` needs the grader's full
+sandbox (bubblewrap, nested user namespaces: tools/grade_sandbox.py's "namespaces" level);
+``slow`` builds fresh virtual environments.  A test whose requirement is missing is skipped,
+with the reason, so that a plain ``pytest`` on a fresh clone passes; ``make test`` sets
+``FLASHLIB_REQUIRE_ALL=1``, and then a missing site, browser or sandbox fails the run
+instead (only ``gpu`` may still skip).
 Shared references and helpers: tests/helpers.py.
 """
 
@@ -51,6 +53,12 @@ except ImportError:  # pragma: no cover - torch is pinned in requirements.txt
 REQUIRE_ALL = os.environ.get("FLASHLIB_REQUIRE_ALL") == "1"
 
 
+def _sandbox() -> bool:
+    from tools.grade_sandbox import probe
+
+    return probe().level == "namespaces"
+
+
 def _cuda() -> bool:
     return torch is not None and torch.cuda.is_available()
 
@@ -65,6 +73,8 @@ REQUIREMENTS = {
                 "no Chromium found (set CHROMIUM, install chromium, or "
                 "`.venv/bin/python -m playwright install chromium`)", False),
     "gpu": (_cuda, "needs a CUDA GPU (torch sees none)", True),
+    "sandbox": (_sandbox, "no full sandbox for the grader here (install bubblewrap; user "
+                          "namespaces must be allowed: tools/grade_sandbox.py)", False),
 }
 
 

@@ -454,6 +454,8 @@ class Judge:
                          "when its exercise ended (killed)")
         if link.malformed:
             flags.append(link.malformed)
+        flags += _limits_hit(str(result.get("first_problem", "")) + "\n" + output,
+                             self.options.limits)
         if result.get("status") == "crashed" and not result.get("first_problem"):
             result["first_problem"] = _crash_message(status)
         result.setdefault("notes", [])
@@ -536,6 +538,23 @@ def verdict(fb: Any, cell_error: str | None, notes: list[str], *, strict: bool,
     else:
         result["status"] = "passed" if fb.passed else "failed"
     return result
+
+
+def _limits_hit(text: str, limits: dict[str, int]) -> list[str]:
+    """Flags for the resource limits the exercise's code ran into, from what it raised and
+    printed (tools/grade_sandbox.py's LIMITS)."""
+    found = []
+    if "MemoryError" in text or "Cannot allocate memory" in text:
+        found.append(f"hit the memory limit ({limits['memory'] / 2**30:g} GiB more than the "
+                     "chapter's)")
+    if "No space left on device" in text or "File too large" in text:
+        found.append(f"hit the limit on files written ({limits['disk'] / 2**20:g} MiB in all, "
+                     f"{limits['file_size'] / 2**20:g} MiB a file)")
+    if "Resource temporarily unavailable" in text or "BlockingIOError" in text:
+        found.append(f"hit the limit of {limits['processes']} processes")
+    if "Too many open files" in text:
+        found.append(f"hit the limit of {limits['open_files']} open files")
+    return found
 
 
 def _crash_message(status: int | None) -> str:

@@ -484,7 +484,8 @@ def end_exercise(pid: int, config: dict[str, Any], wait: float = 0.0) -> tuple[i
             return status, survivors
         time.sleep(0.01)
     if level == "namespaces":  # the processes of its PID namespace are its descendants
-        survivors = max(0, len(_descendants(pid)) - 2)  # the init and the exercise's process
+        found = _descendants(pid)
+        survivors = max(0, len(found) - 2)  # the init and the exercise's process
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)  # namespaces: the init dies with it, and its namespace
     if level != "namespaces":
