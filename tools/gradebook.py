@@ -32,6 +32,7 @@ What it writes (:func:`write_gradebook`, :func:`write_feedback`):
 from __future__ import annotations
 
 import csv
+import io
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -84,15 +85,17 @@ def _key(text: str) -> str:
 
 def load_roster(path: Path) -> list[Student]:
     """The students of a roster CSV (see the module docstring); ValueError naming the
-    columns found when there is no id or name column."""
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        sample = f.read(4096)
-        f.seek(0)
-        try:
-            dialect = csv.Sniffer().sniff(sample, delimiters=",;\t")
-        except csv.Error:
-            dialect = csv.excel
-        rows = list(csv.DictReader(f, dialect=dialect))
+    columns found when there is no id or email column."""
+    return load_roster_text(Path(path).read_text(encoding="utf-8-sig"), str(path))
+
+
+def load_roster_text(text: str, path: str = "the roster") -> list[Student]:
+    """:func:`load_roster` of the CSV's text (commas, semicolons or tabs)."""
+    try:
+        dialect = csv.Sniffer().sniff(text[:4096], delimiters=",;\t")
+    except csv.Error:
+        dialect = csv.excel
+    rows = list(csv.DictReader(io.StringIO(text), dialect=dialect))
     if not rows:
         raise ValueError(f"{path}: the roster has no students")
     columns = {c.strip().lower(): c for c in rows[0] if c}
@@ -115,9 +118,10 @@ def load_roster(path: Path) -> list[Student]:
         email = (row.get(pick["email"]) or "").strip() if pick["email"] else ""
         ident = (row.get(pick["id"]) or "").strip() if pick["id"] else ""
         ident = ident or email
-        if not ident or ident.lower() in ("points possible", "student, test"):
-            continue  # Canvas's "Points Possible" line
-        students.append(Student(ident, name, email))
+        if not ident or name.lower() in ("points possible", "test student"):
+            continue  # Canvas's "Points Possible" line, its test student
+        others = {_key(row.get(columns[h]) or "") for h in HEADERS["id"] if h in columns}
+        students.append(Student(ident, name, email, keys={k for k in others if k}))
     return students
 
 

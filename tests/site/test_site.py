@@ -248,7 +248,8 @@ def test_page_desktop(server, browser, page_path: str) -> None:
         if colab.count():
             href = colab.first.get_attribute("href")
             name = Path(page_path).stem
-            assert href == book_extension.colab_url(*notebooks.repository(), name), href
+            assert href == book_extension.colab_url(notebooks.repository()[0],
+                                                    notebooks.release_ref(), name), href
             assert (ROOT / "notebooks" / f"{name}.ipynb").is_file(), href
 
         sideways = page.evaluate(SIDEWAYS, [FITTING, None])

@@ -189,8 +189,8 @@ def test_student_notebook_equals_full_one_without_its_solutions():
                 continue
             if body:
                 kept.append((cell.cell_type, body))
-        student = [(c.cell_type, c.source.strip())
-                   for c in notebooks.clean_notebook(source, student=True).cells]
+        student = [(c.cell_type, c.source.strip().replace("/notebooks/student/", "/notebooks/"))
+                   for c in notebooks.clean_notebook(source, student=True).cells]  # its links
         assert student == kept, source.name
 
 
