@@ -394,6 +394,21 @@ def run_tasks(chapters: dict[str, Chapter], tasks: dict[str, list[dict[str, Any]
         judges.append((ours, process))
         inflight[ours] = None
 
+    # per notebook, its exercises whose own grading ended the process or ran out of time:
+    # they are left out of the earlier cells that later exercises run (one exercise's crash,
+    # kill or hang costs that exercise only)
+    ended: dict[str, set[str]] = {}
+    owners = {t["id"]: t.get("owner") for ts in tasks.values() for t in ts}
+    numbers = {t["id"]: t["exercise"] for ts in tasks.values() for t in ts}
+
+    def prepared(item: dict[str, Any]) -> dict[str, Any]:
+        bad = ended.get(item.get("owner"), set())
+        if not bad or not item.get("prelude"):
+            return item
+        return item | {"prelude": [p for p in item["prelude"] if p[0] not in bad],
+                       "left_out": sorted((p[0] for p in item["prelude"] if p[0] in bad),
+                                          key=number_key)}
+
     def next_task(current: str | None) -> tuple[str, dict[str, Any]] | None:
         if current in queues and queues[current]:
             return current, queues[current].popleft()
@@ -424,6 +439,8 @@ def run_tasks(chapters: dict[str, Chapter], tasks: dict[str, list[dict[str, Any]
             if message[0] == "result":
                 results[message[1]] = message[2]
                 inflight[conn] = None
+                if message[2].get("status") in ("crashed", "timeout"):
+                    ended.setdefault(owners.get(message[1]), set()).add(numbers[message[1]])
             elif message[0] == "next":
                 _, current, context_errors = message
                 if current is not None:
@@ -437,7 +454,7 @@ def run_tasks(chapters: dict[str, Chapter], tasks: dict[str, list[dict[str, Any]
                 else:
                     name, item = task
                     inflight[conn] = item
-                    conn.send(("task", chapters[name].for_judge(), item))
+                    conn.send(("task", chapters[name].for_judge(), prepared(item)))
     for queue in queues.values():  # only when every judge died
         for item in queue:
             results.setdefault(item["id"], {"status": "grader-error",
@@ -529,7 +546,7 @@ def grade(folder: Path, out: Path, *, timeout: float = 60.0, jobs: int = 1,
                        if number_key(n) < number_key(number) and cells[n]]
             task_id = f"{len(pending)}"
             pending[task_id] = row
-            tasks[chapter.name].append({"id": task_id, "exercise": number,
+            tasks[chapter.name].append({"id": task_id, "exercise": number, "owner": sub.notebook,
                                         "cells": sources, "prelude": prelude})
     assigned = list(chapter_names or [])
     if students is not None and not assigned:
@@ -575,14 +592,21 @@ def grade(folder: Path, out: Path, *, timeout: float = 60.0, jobs: int = 1,
     return rows
 
 
-def _forbidden(exercise: Exercise) -> list[str]:
-    """The library functions an exercise's checker forbids (its ``forbid``)."""
+def checker_function(full_name: str) -> Any:
+    """The checker named ``flashlib.book.exercises.MODULE.NAME``."""
     import importlib
 
-    module, _, name = exercise.checker.rpartition(".")
+    module, _, name = full_name.rpartition(".")
+    if not module.startswith(CHECKER_PACKAGE):
+        raise ValueError(f"{full_name} is not one of the book's checkers")
+    return getattr(importlib.import_module(module), name)
+
+
+def _forbidden(exercise: Exercise) -> list[str]:
+    """The library functions an exercise's checker forbids (its ``forbid``)."""
     try:
-        return list(getattr(importlib.import_module(module), name).forbid)
-    except (ImportError, AttributeError):
+        return list(checker_function(exercise.checker).forbid)
+    except (ImportError, AttributeError, ValueError):
         return []
 
 

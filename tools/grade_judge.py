@@ -413,7 +413,26 @@ class Judge:
         return zyg
 
     def grade(self, chapter: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
-        """One task: ``{"id", "exercise", "cells", "prelude"}`` -> its result."""
+        """One task: ``{"id", "exercise", "cells", "prelude"}`` -> its result.  When the
+        student's earlier cells (the prelude) end the process or hang before this exercise's
+        own cells start, it is graded again without them, and a note says so."""
+        result = self._grade_once(chapter, task)
+        notes = [f"your cells of Exercise {n} were not run before this one: they ended or "
+                 "hung the process when that exercise was graded" for n in task.get(
+                     "left_out", [])]
+        if result.pop("in_prelude", False) and task.get("prelude"):
+            retry = self._grade_once(chapter, task | {"prelude": []})
+            retry.pop("in_prelude", None)
+            how = "ran out of time" if result["status"] == "timeout" else "ended the process"
+            notes.append(f"your earlier exercises' cells {how} before this exercise's cells "
+                         "ran: it was graded again without them")
+            retry["flags"] = retry.get("flags", []) + [
+                f for f in result.get("flags", []) if f not in retry.get("flags", [])]
+            result = retry
+        result["notes"] = notes + result.get("notes", [])
+        return result
+
+    def _grade_once(self, chapter: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
         exercise = chapter["exercises"][task["exercise"]]
         try:
             zyg = self._zygote_at(chapter, task["exercise"])
@@ -480,6 +499,7 @@ class Judge:
         name, args, kwargs = parse_call(exercise["call"])
         prelude = task.get("prelude", []) if self.options.run_earlier else []
         budget = timeout if prelude else 0.0
+        started = False
         try:
             link.deadline = start + budget + timeout + 1.0
             link.send({"op": "run", "prelude": prelude, "prelude_budget": budget,
@@ -487,6 +507,7 @@ class Judge:
                        "kwargs": kwargs, "tolerant": not self.options.strict})
             ran, buffers = link.recv()
             if ran.get("ev") == "started":  # the earlier cells are done: the clock restarts
+                started = True
                 link.deadline = time.monotonic() + timeout
                 ran, buffers = link.recv()
             if ran.get("ev") != "ran":
@@ -503,11 +524,12 @@ class Judge:
             checker = _import(exercise["checker"])
             fb = checker(*values.get("args", []), **values.get("kwargs", {}))
         except rpc.Deadline:
-            return {"status": "timeout",
+            return {"status": "timeout", "in_prelude": bool(prelude) and not started,
                     "first_problem": f"still running after {timeout:g} s: killed (an infinite "
                                      "loop, or far too slow)"}
         except rpc.Gone:
-            return {"status": "crashed", "first_problem": ""}
+            return {"status": "crashed", "first_problem": "",
+                    "in_prelude": bool(prelude) and not started}
         except Exception as err:  # noqa: BLE001 - the checker itself failed: report it
             return {"status": "error",
                     "first_problem": f"{exercise['call']} raised {describe(err)}"}
