@@ -368,8 +368,10 @@ def run_tasks(chapters: dict[str, Chapter], tasks: dict[str, list[dict[str, Any]
 
     Each judge asks for work; it gets the next task of its chapter (in exercise order, so
     that its sandboxed chapter only walks forward), else the largest chapter nobody has
-    started, else, when a chapter still has :data:`HELP_AT` tasks or more, a share of it
-    (its cells then run once more, in the helper's own sandbox)."""
+    started, else a share of the chapter with the most work left, when that work is worth
+    running the chapter's cells once more in the helper's own sandbox (its tasks' measured
+    time more than twice its cells' time, or :data:`HELP_AT` tasks before anything is
+    measured)."""
     import multiprocessing
     from multiprocessing.connection import wait
 
@@ -399,6 +401,7 @@ def run_tasks(chapters: dict[str, Chapter], tasks: dict[str, list[dict[str, Any]
     # kill or hang costs that exercise only)
     ended: dict[str, set[str]] = {}
     owners = {t["id"]: t.get("owner") for ts in tasks.values() for t in ts}
+    chapter_of = {t["id"]: name for name, ts in tasks.items() for t in ts}
     numbers = {t["id"]: t["exercise"] for ts in tasks.values() for t in ts}
 
     def prepared(item: dict[str, Any]) -> dict[str, Any]:
@@ -409,6 +412,18 @@ def run_tasks(chapters: dict[str, Chapter], tasks: dict[str, list[dict[str, Any]
                        "left_out": sorted((p[0] for p in item["prelude"] if p[0] in bad),
                                           key=number_key)}
 
+    context_s: dict[str, float] = {}  # seconds a chapter's own cells take
+    spent: dict[str, list[float]] = {}  # seconds of its tasks so far
+
+    def work_left(name: str) -> float:
+        times = spent.get(name)
+        return len(queues[name]) * (sum(times) / len(times) if times else 1.0)
+
+    def worth_helping(name: str) -> bool:
+        if name not in context_s or not spent.get(name):
+            return len(queues[name]) >= HELP_AT
+        return work_left(name) > 2 * context_s[name] + 5
+
     def next_task(current: str | None) -> tuple[str, dict[str, Any]] | None:
         if current in queues and queues[current]:
             return current, queues[current].popleft()
@@ -416,10 +431,10 @@ def run_tasks(chapters: dict[str, Chapter], tasks: dict[str, list[dict[str, Any]
         if fresh:
             name = max(fresh, key=lambda n: len(queues[n]))
         else:
-            busy = [n for n in queues if len(queues[n]) >= HELP_AT]
+            busy = [n for n in queues if queues[n] and worth_helping(n)]
             if not busy:
                 return None
-            name = max(busy, key=lambda n: len(queues[n]))
+            name = max(busy, key=work_left)
         started.add(name)
         return name, queues[name].popleft()
 
@@ -438,11 +453,17 @@ def run_tasks(chapters: dict[str, Chapter], tasks: dict[str, list[dict[str, Any]
                 continue
             if message[0] == "result":
                 results[message[1]] = message[2]
+                done = inflight[conn]
                 inflight[conn] = None
+                if done is not None and message[2].get("runtime_s") is not None:
+                    spent.setdefault(chapter_of[done["id"]], []).append(
+                        float(message[2]["runtime_s"]))
                 if message[2].get("status") in ("crashed", "timeout"):
                     ended.setdefault(owners.get(message[1]), set()).add(numbers[message[1]])
             elif message[0] == "next":
-                _, current, context_errors = message
+                _, current, context_errors, measured = message
+                for name, seconds in measured.items():
+                    context_s[name] = max(seconds, context_s.get(name, 0.0))
                 if current is not None:
                     for error in context_errors:
                         if error not in errors[current]:

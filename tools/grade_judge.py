@@ -76,6 +76,7 @@ class Zygote:
     def __init__(self, name: str, steps: list[tuple[str, str]], options: Options):
         conf = options.confinement or sandbox.probe()
         self.name, self.conf, self.position = name, conf, None
+        self.started = time.monotonic()
         ours, theirs = socket.socketpair()
         self.sock = ours
         log = None
@@ -376,6 +377,7 @@ class Judge:
         self.chapter: dict[str, Any] | None = None
         self.restarts = 0
         self.context_errors: list[str] = []
+        self.context_s: dict[str, float] = {}
         self.gave_up: str | None = None
 
     def close(self) -> None:
@@ -400,7 +402,10 @@ class Judge:
                 raise ZygoteDied(self.gave_up)
             self.zygote = zyg = Zygote(chapter["name"], chapter["steps"], self.options)
         if zyg.position != number:
+            first = zyg.position is None
             reached, errors = zyg.run_to(number)
+            if first:  # how long the chapter's own cells take: the grader's scheduling uses it
+                self.context_s[chapter["name"]] = time.monotonic() - zyg.started
             self.context_errors += errors
             if not reached:
                 reason = errors[-1] if zyg.proc.poll() is not None and errors else (
@@ -606,7 +611,7 @@ def judge_main(conn: Any, options: Options) -> None:
     chapter_name = None
     try:
         while True:
-            conn.send(("next", chapter_name, judge.context_errors))
+            conn.send(("next", chapter_name, judge.context_errors, judge.context_s))
             judge.context_errors = []
             message = conn.recv()
             if message[0] == "stop":
