@@ -4,8 +4,9 @@
     make grade SUBMISSIONS=FOLDER GRADE_ARGS="--jobs 2"
 
 Writes FOLDER/<student>/<chapter>.ipynb: the student edition (notebooks/student/) with each
-exercise cell replaced by what a kind of student writes.  The students cycle through these
-profiles (``PROFILES``), so any class of 9 or more has one of each:
+exercise cell replaced by what a kind of student writes.  The students cycle through the
+first seven profiles (``PROFILES``), so any class of 7 or more has one of each; with
+``--hostile`` the last two students are a cheater and a destructive one:
 
     solution     the book's own solutions (the code in each "Solution to Exercise" block)
     blank        the notebooks as handed out, untouched
@@ -333,10 +334,23 @@ def student_notebook(source: Path, profile: str, folder: Path | None = None
     return nb
 
 
+def class_profiles(students: int, hostile: bool) -> list[str]:
+    """The profile of each student: the honest profiles in turn; with ``hostile``, the last
+    two students are the cheater and the destructive one (one each, as in the class of issue
+    25)."""
+    honest = [p for p in PROFILES if p not in HOSTILE]
+    extra = list(HOSTILE) if hostile else []
+    count = max(0, students - len(extra))
+    return [honest[i % len(honest)] for i in range(count)] + extra[:students]
+
+
 def write_class(folder: Path, students: int = 40, chapters: list[str] | None = None,
-                profiles: tuple[str, ...] = PROFILES) -> dict[str, str]:
-    """Write the class; ``{student: profile}``.  Students are named ``s01-solution``..."""
+                profiles: tuple[str, ...] | list[str] | None = None) -> dict[str, str]:
+    """Write the class; ``{student: profile}``.  Students are named ``s01-solution``...;
+    ``profiles``: one per student (default: :func:`class_profiles`, honest only), or fewer,
+    taken in turn."""
     sources = [s for s in notebooks.chapters() if chapters is None or s.stem in chapters]
+    profiles = list(profiles or class_profiles(students, hostile=False))
     roster = {}
     for i in range(students):
         profile = profiles[i % len(profiles)]
@@ -357,11 +371,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profiles", nargs="+", choices=PROFILES,
                         help="the kinds of students, in turn (default: all but the hostile)")
     parser.add_argument("--hostile", action="store_true",
-                        help="add the cheater and the destructive student: grade such a class "
-                             "only where `make grade` reports the namespaces level")
+                        help="the last two students are a cheater and a destructive one: grade "
+                             "such a class only where `make grade` reports the namespaces "
+                             "level")
     args = parser.parse_args(argv)
-    profiles = args.profiles or [p for p in PROFILES if args.hostile or p not in HOSTILE]
-    roster = write_class(args.folder, args.students, args.chapters, tuple(profiles))
+    profiles = args.profiles or class_profiles(args.students, args.hostile)
+    roster = write_class(args.folder, args.students, args.chapters, profiles)
     print(f"wrote {len(roster)} students' notebooks into {args.folder}/")
     return 0
 

@@ -73,6 +73,8 @@ class ZygoteDied(Exception):
 class Zygote:
     """A chapter's process in its sandbox, driven over a control socket."""
 
+    made = 0  # zygotes this judge started (names their cgroups)
+
     def __init__(self, name: str, steps: list[tuple[str, str]], options: Options):
         conf = options.confinement or sandbox.probe()
         self.name, self.conf, self.position = name, conf, None
@@ -90,6 +92,12 @@ class Zygote:
             stderr=subprocess.STDOUT, start_new_session=True,
             cwd=str(sandbox.ROOT) if conf.bwrap is None else None)
         theirs.close()
+        self.cgroup = None
+        if conf.cgroups:
+            Zygote.made += 1
+            self.cgroup = sandbox.Cgroup.make(f"flashlib-grade-{os.getpid()}-{Zygote.made}")
+            if self.cgroup is not None:
+                self.cgroup.add(self.proc.pid)
         count = conf.level == "namespaces" or (conf.level == "bwrap") or os.geteuid() == 0
         config = {"level": conf.level, "limits": options.limits, "count_processes": count}
         if conf.level == "rlimits" and os.geteuid() != 0:
@@ -173,8 +181,12 @@ class Zygote:
             pass
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
+        if self.cgroup is not None:  # anything left in the sandbox's cgroup
+            self.cgroup.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
+        if self.cgroup is not None:
+            self.cgroup.remove()
         if self.log is not None:
             self.log.close()
 

@@ -28,7 +28,12 @@ the report's summary.md says it):
 
 On every level: the verdict is computed by the judge, a process the student's code cannot
 reach (tools/grade_judge.py), and each exercise's process gets resource limits
-(:data:`LIMITS`: address space, processes, open files, file size, no core dumps).
+(:data:`LIMITS`: address space, processes, open files, file size, no core dumps).  Where this
+process may make cgroups (root, or a delegated cgroup v2 subtree with the memory and pids
+controllers; cgroup v1's memory and pids hierarchies as root), each chapter's sandbox also
+gets one of its own (:class:`Cgroup`): at most :data:`CGROUP_LIMITS` for the sandbox as a
+whole (a fork bomb whose processes each allocate stays bounded), and every process in it
+killed when the sandbox ends; elsewhere the grader says it has none.
 """
 
 from __future__ import annotations
@@ -85,9 +90,14 @@ class Confinement:
     user: int | None = None  # setuid to this before bwrap (None: stay as we are)
     group: int | None = None
     reasons: list[str] = field(default_factory=list)
+    cgroups: bool = False  # each chapter's sandbox in a cgroup of its own (Cgroup)
 
     def describe(self) -> str:
         text = f"{self.level}: {WHAT[self.level]}"
+        if self.cgroups:
+            text += (f"; each chapter's sandbox in a cgroup of its own (at most "
+                     f"{CGROUP_LIMITS['memory'] / 2**30:g} GiB of memory and "
+                     f"{CGROUP_LIMITS['processes']} processes, all killed at its end)")
         return text + (f" ({'; '.join(self.reasons)})" if self.reasons else "")
 
     def warning(self) -> str | None:
@@ -234,24 +244,28 @@ def probe() -> Confinement:
                                                "use Linux, or a Linux container"])
     bwrap = shutil.which("bwrap")
     if bwrap is None:
-        return Confinement("rlimits", reasons=["bubblewrap is not installed (Debian/Ubuntu: "
-                                               "apt-get install bubblewrap)"])
+        return Confinement("rlimits", cgroups=cgroups_allowed(),
+                           reasons=["bubblewrap is not installed (Debian/Ubuntu: "
+                                    "apt-get install bubblewrap)"])
     user = group = NOBODY if os.geteuid() == 0 else None
     conf = Confinement("bwrap", bwrap=bwrap, user=user, group=group, reasons=reasons)
     try:
         out = run_sandboxed(conf, [sys.executable, "-c", _PROBE.format(root=str(ROOT))],
                             capture=True, timeout=60)
     except (OSError, subprocess.SubprocessError) as err:
-        return Confinement("rlimits", reasons=[f"bubblewrap does not run here: {err}"])
+        return Confinement("rlimits", cgroups=cgroups_allowed(),
+                           reasons=[f"bubblewrap does not run here: {err}"])
     if out.returncode != 0:
         detail = (out.stderr or "").strip().splitlines()[-1:] or ["no message"]
-        return Confinement("rlimits", reasons=[f"bubblewrap does not run here (exit "
-                                               f"{out.returncode}: {detail[0]})"])
+        return Confinement("rlimits", cgroups=cgroups_allowed(),
+                           reasons=[f"bubblewrap does not run here (exit "
+                                    f"{out.returncode}: {detail[0]})"])
     if out.stdout.strip().splitlines()[-1:] == ["0"]:
         conf.level = "namespaces"
     else:
         conf.reasons.append("user namespaces cannot be nested inside bubblewrap here, so the "
                             "exercises of a chapter share its sandbox")
+    conf.cgroups = cgroups_allowed()
     return conf
 
 
@@ -509,3 +523,122 @@ def kill_descendants() -> int:
         if not alive:
             break
     return found
+
+
+# ---------------------------------------------------------------------------------------------
+# cgroups, where this process may make them: one per chapter sandbox, bounding it as a whole
+# ---------------------------------------------------------------------------------------------
+
+#: Bounds of one chapter's sandbox as a whole (the chapter's process and the exercise it runs,
+#: with everything that exercise starts), where cgroups can be made.
+CGROUP_LIMITS = {"memory": 6 * 2**30, "processes": 512}
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def _own_cgroups() -> dict[str, str]:
+    """``{controller or "": path}`` of this process (/proc/self/cgroup)."""
+    found = {}
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            for controller in controllers.split(",") if controllers else [""]:
+                found[controller] = path
+    except (OSError, ValueError):
+        pass
+    return found
+
+
+class Cgroup:
+    """A cgroup (v2, or v1's memory and pids hierarchies) holding one chapter's sandbox, with
+    :data:`CGROUP_LIMITS`; ``kill`` ends every process in it, ``remove`` deletes it."""
+
+    def __init__(self, folders: dict[str, Path]):
+        self.folders = folders  # {"v2": path} or {"memory": path, "pids": path}
+
+    @classmethod
+    def make(cls, name: str) -> Cgroup | None:
+        """A new cgroup named ``name`` under this process's, or None where that is not
+        allowed (not root and nothing delegated, read-only cgroupfs, no controllers)."""
+        own = _own_cgroups()
+        folders: dict[str, Path] = {}
+        try:
+            if (CGROUP_ROOT / "cgroup.controllers").is_file():  # the unified hierarchy
+                parent = CGROUP_ROOT / own.get("", "/").lstrip("/")
+                enabled = (parent / "cgroup.subtree_control").read_text().split()
+                if not {"memory", "pids"} <= set(enabled):
+                    return None
+                folders["v2"] = parent / name
+                folders["v2"].mkdir()
+                (folders["v2"] / "memory.max").write_text(str(CGROUP_LIMITS["memory"]))
+                (folders["v2"] / "pids.max").write_text(str(CGROUP_LIMITS["processes"]))
+                return cls(folders)
+            for controller, limit_file, value in (
+                    ("memory", "memory.limit_in_bytes", CGROUP_LIMITS["memory"]),
+                    ("pids", "pids.max", CGROUP_LIMITS["processes"])):
+                parent = CGROUP_ROOT / controller / own.get(controller, "/").lstrip("/")
+                if not parent.is_dir():
+                    raise OSError(f"no cgroup v1 {controller} hierarchy")
+                folders[controller] = parent / name
+                folders[controller].mkdir()
+                (folders[controller] / limit_file).write_text(str(value))
+            return cls(folders)
+        except OSError:
+            cls(folders).remove()
+            return None
+
+    def add(self, pid: int) -> None:
+        """Put ``pid`` and its descendants (a sandbox just started) in the cgroup."""
+        for folder in self.folders.values():
+            for member in (pid, *descendants(pid)):
+                try:
+                    (folder / "cgroup.procs").write_text(str(member))
+                except OSError:
+                    pass
+
+    def pids(self) -> list[int]:
+        found: set[int] = set()
+        for folder in self.folders.values():
+            try:
+                found |= {int(p) for p in (folder / "cgroup.procs").read_text().split()}
+            except (OSError, ValueError):
+                pass
+        return sorted(found)
+
+    def kill(self) -> None:
+        """End every process in the cgroup (``cgroup.kill`` where the kernel has it)."""
+        for folder in self.folders.values():
+            kill_file = folder / "cgroup.kill"
+            if kill_file.exists():
+                try:
+                    kill_file.write_text("1")
+                except OSError:
+                    pass
+        for _ in range(50):
+            alive = self.pids()
+            if not alive:
+                return
+            for pid in alive:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            import time
+
+            time.sleep(0.02)
+
+    def remove(self) -> None:
+        for folder in self.folders.values():
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+
+
+@functools.cache
+def cgroups_allowed() -> bool:
+    """Whether this process may make the cgroups :class:`Cgroup` needs (tried for real)."""
+    cgroup = Cgroup.make(f"flashlib-grade-probe-{os.getpid()}")
+    if cgroup is None:
+        return False
+    cgroup.remove()
+    return True

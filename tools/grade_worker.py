@@ -263,7 +263,7 @@ class Server:
     def call(self, header: dict[str, Any], buffers: list[bytes]) -> None:
         import numpy as np
 
-        from flashlib.book.exercises import library_codes, watching
+        from flashlib.book.exercises import watching
         from flashlib.core.measure import measure_peak
 
         if header["op"] == "call":
@@ -277,12 +277,12 @@ class Server:
         args, kwargs = rpc.loads(buffers[0], self.objects, self.callback)
         before = [(i, a, a.tobytes()) for i, a in enumerate(args)
                   if isinstance(a, np.ndarray) and a.nbytes <= 64 * 2**20]
-        codes = library_codes(header.get("watch", []))
+        watched = [str(n) for n in header.get("watch", []) if str(n).startswith("flashlib.")]
         peak = None
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                with watching(codes) as calls:
+                with watching(watched) as calls:
                     if header.get("measure"):
                         result, peak = measure_peak(fn, *args, **kwargs)
                     else:

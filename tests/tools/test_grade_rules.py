@@ -249,3 +249,27 @@ def test_the_levels_are_described_and_degrade_with_a_warning(capsys):
                                      "level only")
     assert grade_sandbox.probe().warning() is None or grade_sandbox.probe().level != (
         "namespaces")
+
+
+@pytest.mark.skipif(not grade_sandbox.cgroups_allowed(), reason="no cgroups may be made here")
+def test_a_chapter_sandbox_cgroup_bounds_and_ends_everything_in_it():
+    """Where cgroups may be made, each chapter's sandbox has one: its processes are in it, and
+    killing it ends them all, however they detached themselves."""
+    cgroup = grade_sandbox.Cgroup.make("flashlib-grade-test")
+    assert cgroup is not None
+    try:
+        proc = subprocess.Popen(["sh", "-c", "setsid sleep 31416 & sleep 31416"])
+        cgroup.add(proc.pid)
+        import time
+
+        time.sleep(0.3)
+        assert len(cgroup.pids()) >= 2
+        cgroup.kill()
+        proc.wait(timeout=10)
+        assert cgroup.pids() == []
+        assert "31416" not in _processes()
+    finally:
+        cgroup.kill()
+        cgroup.remove()
+    assert not any(grade_sandbox.CGROUP_ROOT.rglob("flashlib-grade-test"))
+    assert "cgroup of its own" in grade_sandbox.probe().describe()

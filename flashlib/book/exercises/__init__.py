@@ -69,7 +69,6 @@ import importlib
 import inspect
 import re
 import sys
-import threading
 import types
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -95,6 +94,7 @@ __all__ = [
     "ATTENTION",
     "MERGES",
     "library_codes",
+    "library_functions",
     "watching",
     "library_call_problem",
     "learner_side",
@@ -311,38 +311,83 @@ def library_codes(names: list[str]) -> dict[Any, str]:
     return codes
 
 
-def _arg_shapes(frame: Any) -> list[tuple[int, ...] | None]:
-    code = frame.f_code
-    values = [frame.f_locals.get(n) for n in code.co_varnames[: code.co_argcount]]
+def library_functions(names: list[str]) -> dict[Any, str]:
+    """``{function: dotted name}`` of the named functions (the outermost of a decorated one)."""
+    found: dict[Any, str] = {}
+    for name in names:
+        fn = _resolve(name)
+        if isinstance(fn, types.FunctionType):
+            found.setdefault(fn, name)
+    return found
+
+
+#: The functions :func:`watching` has wrapped, with how many watchers: ``{function: (its own
+#: code, count)}``; and the handlers their wrapped code calls, by key.
+_WATCHED: dict[Any, list] = {}
+_HANDLERS: dict[int, Callable[[tuple, dict], Any]] = {}
+_TRAMPOLINE = ("def _watched(*args, **kwargs):\n"
+               "    return __flashlib_watch__[{key}](args, kwargs)\n")
+
+
+def _shapes(code: Any, args: tuple, kwargs: dict) -> list[tuple[int, ...] | None]:
+    """The shapes of a call's positional parameters (None for a non-array)."""
+    names = code.co_varnames[: code.co_argcount]
+    values = list(args[: len(names)]) + [kwargs.get(n) for n in names[len(args):]]
     return [tuple(np.shape(v)) if hasattr(v, "shape") else None for v in values]
 
 
 @contextlib.contextmanager
-def watching(codes: dict[Any, str]) -> Iterator[list[tuple[str, list]]]:
-    """Record the calls of the functions ``codes`` names (:func:`library_codes`) made from
-    code outside flashlib, in this thread and the threads it starts: ``[(dotted name,
-    shapes of its positional arguments)]``."""
+def watching(names: list[str] | dict[Any, str]) -> Iterator[list[tuple[str, list]]]:
+    """Record the calls of the named library functions made from code outside flashlib (in
+    any thread) while the block runs: ``[(dotted name, shapes of its positional
+    arguments)]``.  Each function's code is swapped for a small one that records the call
+    and runs the original, and restored after: whatever name the learner's code calls it by,
+    the call is seen, and nothing else is slowed down."""
     calls: list[tuple[str, list]] = []
-    if not codes:
-        yield calls
-        return
+    functions = library_functions(names) if isinstance(names, list) else dict(names)
+    swapped = []
+    for fn, name in functions.items():
+        if fn.__closure__:  # cannot be swapped (none of flashlib's public functions)
+            continue
+        if fn in _WATCHED:
+            _WATCHED[fn][1] += 1
+            swapped.append(fn)
+            continue
+        original = fn.__code__
+        run = types.FunctionType(original, fn.__globals__, fn.__name__, fn.__defaults__)
+        run.__kwdefaults__ = fn.__kwdefaults__
+        key = id(fn)
 
-    def hook(frame: Any, event: str, arg: Any) -> None:
-        if event == "call":
-            name = codes.get(frame.f_code)
-            if name is not None:
-                caller = frame.f_back
-                if caller is None or not caller.f_code.co_filename.startswith(_FLASHLIB_DIR):
-                    calls.append((name, _arg_shapes(frame)))
+        def handler(args: tuple, kwargs: dict, run: Any = run, name: str = name,
+                    original: Any = original) -> Any:
+            caller = sys._getframe(2)  # the trampoline's caller
+            if not caller.f_code.co_filename.startswith(_FLASHLIB_DIR):
+                for record in _RECORDERS:
+                    record.append((name, _shapes(original, args, kwargs)))
+            return run(*args, **kwargs)
 
-    previous = sys.getprofile()
-    sys.setprofile(hook)
-    threading.setprofile(hook)
+        namespace: dict[str, Any] = {}
+        exec(compile(_TRAMPOLINE.format(key=key), f"<watched {name}>", "exec"),  # noqa: S102
+             namespace)
+        fn.__globals__.setdefault("__flashlib_watch__", _HANDLERS)
+        _HANDLERS[key] = handler
+        fn.__code__ = namespace["_watched"].__code__
+        _WATCHED[fn] = [original, 1]
+        swapped.append(fn)
+    _RECORDERS.append(calls)
     try:
         yield calls
     finally:
-        sys.setprofile(previous)
-        threading.setprofile(None)  # type: ignore[arg-type]
+        _RECORDERS.remove(calls)
+        for fn in swapped:
+            _WATCHED[fn][1] -= 1
+            if _WATCHED[fn][1] == 0:
+                fn.__code__ = _WATCHED.pop(fn)[0]
+                _HANDLERS.pop(id(fn), None)
+
+
+#: The lists :func:`watching` blocks in progress record into.
+_RECORDERS: list[list[tuple[str, list]]] = []
 
 
 def _short(name: str) -> str:
@@ -407,7 +452,7 @@ def call_learner(fn: Callable[..., Any], *args: Any) -> tuple[Any, list[Warned]]
                 result = fn(*args)
                 calls: list = []
             else:
-                with watching(library_codes(forbidden_names())) as calls:
+                with watching(forbidden_names()) as calls:
                     result = fn(*args)
     except NotImplementedError as err:
         raise NotAttempted from err
