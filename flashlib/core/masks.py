@@ -297,6 +297,12 @@ def sliding_window(left: int | None, right: int | None,
     return visible
 
 
+def _check_predicate(visible: object, name: str = "visible") -> None:
+    if not callable(visible):
+        raise TypeError(f"{name} must be a mask predicate visible(i, j, n_q, n_k) (e.g. "
+                        f"causal_top_left, sliding_window(4, 0)), got {visible!r}")
+
+
 def _check_align(align: object) -> None:
     if align not in ("bottom_right", "top_left"):
         raise ValueError(f"align must be 'bottom_right' or 'top_left', got {align!r}")
@@ -315,6 +321,7 @@ def padded(visible: Predicate, length: int) -> Predicate:
     """``visible`` for a sequence of ``length`` real keys padded to n_k keys: the mask of its
     unpadded self (a bottom-right diagonal on its last real key) AND no padded key.  What the
     library's ``key_lengths=`` means: padding keys changes no output."""
+    _check_predicate(visible)
     length = check_int(length, "length", minimum=0)
 
     def masked(i: np.ndarray, j: np.ndarray, n_q: int, n_k: int) -> np.ndarray:
@@ -324,6 +331,9 @@ def padded(visible: Predicate, length: int) -> Predicate:
 
 def both(*masks: Predicate) -> Predicate:
     """The combination of masks: a key is visible when every one of ``masks`` lets it be."""
+    for a, mask in enumerate(masks):
+        _check_predicate(mask, f"masks[{a}]")
+
     def visible(i: np.ndarray, j: np.ndarray, n_q: int, n_k: int) -> np.ndarray:
         out = np.ones(np.broadcast_shapes(np.shape(i), np.shape(j)), dtype=bool)
         for mask in masks:
@@ -334,6 +344,7 @@ def both(*masks: Predicate) -> Predicate:
 
 def dense_mask(visible: Predicate, n_q: int, n_k: int) -> np.ndarray:
     """The token-level truth: the predicate at every (i, j), a boolean (n_q, n_k) array."""
+    _check_predicate(visible)
     n_q, n_k = check_int(n_q, "n_q", minimum=0), check_int(n_k, "n_k", minimum=0)
     i, j = np.arange(n_q)[:, None], np.arange(n_k)[None, :]
     return np.broadcast_to(visible(i, j, n_q, n_k), (n_q, n_k)).copy()
@@ -355,6 +366,7 @@ TILE_CLASSES = ("empty", "partial", "full")
 def classify_tiles(visible: Predicate, n_q: int, n_k: int, B_r: int, B_c: int) -> np.ndarray:
     """(T_r, T_c) integer array: the index in :data:`TILE_CLASSES` of every B_r x B_c tile
     (a last tile is shorter when B_r or B_c does not divide n_q or n_k)."""
+    _check_predicate(visible)
     n_q, n_k = check_int(n_q, "n_q", minimum=0), check_int(n_k, "n_k", minimum=0)
     B_r, B_c = check_block(B_r, "B_r"), check_block(B_c, "B_c")
     rows, cols = range(0, n_q, B_r), range(0, n_k, B_c)

@@ -4,12 +4,14 @@ explicit mask, and against torch SDPA with an explicit boolean mask."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flashlib import flash_attention, naive_attention
+from flashlib import flash_attention, flash_attention_v1, naive_attention
 from flashlib.core.masks import (
     band,
     band_tile_class,
@@ -60,9 +62,10 @@ def test_window_and_padding_match_the_dense_mask(n_q, n_k, causal, window):
                                    return_lse=True)
     np.testing.assert_allclose(o_nv, o_ref, atol=1e-12)
     np.testing.assert_array_equal(lse_nv, lse_ref)
-    for b_r, b_c in [(4, 4), (3, 8), (64, 64)]:
-        o, lse = flash_attention(q, k, v, block_q=b_r, block_k=b_c, causal=causal,
-                                 window=window, key_lengths=lengths, return_lse=True)
+    for (b_r, b_c), fn in itertools.product([(4, 4), (3, 8), (64, 64)],
+                                            [flash_attention, flash_attention_v1]):
+        o, lse = fn(q, k, v, block_q=b_r, block_k=b_c, causal=causal, window=window,
+                    key_lengths=lengths, return_lse=True)
         np.testing.assert_allclose(o, o_ref, atol=1e-12)
         blind = ~mask.any(axis=-1)
         assert (o[blind] == 0).all() and np.isneginf(lse[blind]).all()
@@ -78,9 +81,10 @@ def test_window_and_padding_match_torch_sdpa():
     mask = _dense(n_q, n_k, False, window, lengths)
     want = torch.nn.functional.scaled_dot_product_attention(
         *(torch.from_numpy(x) for x in (q, k, v)), attn_mask=torch.from_numpy(mask)).numpy()
-    got = flash_attention(q, k, v, block_q=8, block_k=8, window=window, key_lengths=lengths)
     seen = mask.any(axis=-1)
-    np.testing.assert_allclose(got[seen], want[seen], atol=1e-12)
+    for fn in (flash_attention, flash_attention_v1):
+        got = fn(q, k, v, block_q=8, block_k=8, window=window, key_lengths=lengths)
+        np.testing.assert_allclose(got[seen], want[seen], atol=1e-12)
 
 
 def test_fully_masked_rows_float32_and_float16():

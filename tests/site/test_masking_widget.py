@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from flashlib.book import widgets  # noqa: E402
-from flashlib.core.masks import both, classify_tiles, dense_mask, key_padding, sliding_window
+from flashlib.core.masks import classify_tiles, dense_mask, padded, sliding_window
 from tests.browser import chromium, serve  # noqa: E402
 
 pytestmark = [pytest.mark.browser]
@@ -25,9 +25,9 @@ SLIDERS = {"n_q": [4, 9, 24], "n_k": [5, 16, 32], "B_r": [2, 3, 8], "B_c": [2, 5
 
 def expected(v):
     bound = {"none": None}
-    visible = both(sliding_window(bound.get(v["left"], v["left"]),
-                                  bound.get(v["right"], v["right"]), align=v["align"]),
-                   key_padding(max(v["n_k"] - v["padding"], 0)))
+    visible = padded(sliding_window(bound.get(v["left"], v["left"]),
+                                    bound.get(v["right"], v["right"]), align=v["align"]),
+                     max(v["n_k"] - v["padding"], 0))
     counts = np.bincount(classify_tiles(visible, v["n_q"], v["n_k"], v["B_r"], v["B_c"]).ravel(),
                          minlength=3)
     blind = int((~dense_mask(visible, v["n_q"], v["n_k"]).any(axis=1)).sum())
