@@ -163,4 +163,7 @@ def check_shape(shape: object, name: str = "shape") -> tuple[int, ...]:
         for n in items
     ):
         raise ValueError(f"{name} must be a tuple of non-negative integers, got {shape!r}")
-    return tuple(int(n) for n in items)
+    items = tuple(int(n) for n in items)
+    if any(n >= 2**63 for n in items):  # numpy's sizes are int64
+        raise ValueError(f"{name} must have sizes below 2**63, got {shape!r}")
+    return items

@@ -75,8 +75,8 @@ __all__ = [
 def causal_offset(causal: object, n_q: int, n_k: int) -> int | None:
     """The causal diagonal: row ``i`` may see key ``j`` when ``j <= i + offset``.
 
-    ``False`` -> None (no causal mask); ``True`` or ``"top_left"`` -> 0 (PyTorch SDPA's
-    ``is_causal``); ``"bottom_right"`` -> ``n_k - n_q`` (flash-attn >= 2.1).
+    ``False`` (or None) -> None (no causal mask); ``True`` or ``"top_left"`` -> 0 (PyTorch
+    SDPA's ``is_causal``); ``"bottom_right"`` -> ``n_k - n_q`` (flash-attn >= 2.1).
     """
     if isinstance(causal, np.bool_):
         causal = bool(causal)

@@ -399,3 +399,12 @@ def test_none_is_refused_by_name_where_it_has_no_meaning():
     for bad in (None, "yes", 1, np.array([True])):
         with pytest.raises(TypeError, match="return_lse must be True or False"):
             check_flag(bad, "return_lse")
+
+
+def test_shapes_beyond_int64_are_refused_by_name():
+    from flashlib.core.checks import check_shape
+    from flashlib.fast.online import softmax_state_init
+
+    assert check_shape(np.uint64(3)) == (3,)
+    with pytest.raises(ValueError, match="shape must have sizes below 2"):
+        softmax_state_init(10**30)
