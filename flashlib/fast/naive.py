@@ -76,15 +76,8 @@ def naive_attention(
     query head h uses K/V head h // (h_q // h_kv) (PyTorch SDPA's ``enable_gqa=True``).
     causal: False, True / "top_left" (row i sees j <= i), "bottom_right" (j <= i + L - n_q).
     mask: boolean, broadcastable to (..., n_q, n_k); True = may attend.
-    window: ``(left, right)``, a sliding window as flash-attn's ``window_size`` (None: no
-    bound on that side; a bound of max(n_q, n_k) or more is none): row i sees the keys
-    c - left <= j <= c + right around its diagonal key c, the call's one alignment: c = i for
-    causal True / "top_left", else c = i + L - n_q (bottom-right, flash-attn's).
-    key_lengths: the real keys L of each sequence (default n_k), integers indexing q's leading
-    batch axes: a scalar, (B,) one per batch element (q's axis 0, also when B equals the
-    number of heads), (B, H), (1, H), ...  Keys j >= L are hidden, and a bottom-right
-    diagonal sits on the last real key, so padding changes no output (flash-attn's
-    variable-length lengths, ``cache_seqlens``; :data:`flashlib.core.masks.ALIGNMENT_RULES`).
+    window, key_lengths: as in :func:`flashlib.flash_attention` (one diagonal per call: the
+    window sits on the causal one; L = key_lengths[b], one per batch element, or n_k).
     All masks combine (AND).
     scale: defaults to 1/sqrt(d); computed in float32 for float16 inputs (and the scores, the
     softmax and P @ V too: the output is rounded to float16 once, at the end), else in the
