@@ -314,8 +314,7 @@ def flash2_backward(
             dS_ij = P_ij * (dP_ij - D_i[:, None])  # (B_r, B_c)
             dQ[i : i + B_r] += scale * (dS_ij @ K_j)  # read, add, write
             dK_j += scale * (dS_ij.T @ Q_i)  # (B_c, d)
-        dK[j : j + B_c] = dK_j  # write dK_j, dV_j to HBM, once
-        dV[j : j + B_c] = dV_j
+        dK[j : j + B_c], dV[j : j + B_c] = dK_j, dV_j  # write, once
     return dQ, dK, dV
 
 
