@@ -39,7 +39,9 @@ import time
 from pathlib import Path
 
 from tools import notebooks
+from tools.convert import glue_citations
 from tools.paths import ROOT
+from tools.toc import chapters
 
 #: What a Colab runtime preinstalls, at its versions, among the packages the book uses or that
 #: shape how a notebook runs there (the kernel, IPython, the widget library, the old notebook
@@ -178,7 +180,7 @@ def output_text(output) -> str:
 def check_outputs(name: str, source: Path, nb, torch: bool) -> list[str]:
     """What must hold in an executed notebook (see the module docstring)."""
     problems = []
-    cited = notebooks.glue_citations(source)
+    cited = glue_citations(source)
     printed: set[str] = set()
     for index, cell in enumerate(nb.cells):
         where = f"{name}: {source.stem} cell {index}"
@@ -221,7 +223,7 @@ def run_notebooks(name: str, python: Path, tmp: Path, torch: bool) -> list[str]:
     from nbclient.exceptions import CellExecutionError
 
     problems = []
-    for source in notebooks.chapters():
+    for source in chapters():
         path = notebooks.target(source)
         work = tmp / f"work-{name}"  # outside the repository, as on Colab (/content)
         work.mkdir(exist_ok=True)

@@ -10,16 +10,16 @@ import copy
 import nbformat
 import pytest
 
-from tools import colab_check, notebooks
+from tools import colab_check, convert, toc
 
-LADDER = next(s for s in notebooks.chapters() if s.stem == "optimisation-ladder")
+LADDER = next(s for s in toc.chapters() if s.stem == "optimisation-ladder")
 VIEW = {"version_major": 2, "version_minor": 0, "model_id": "abc"}
 
 
 def executed(source, *, numbers: bool = True, torch: bool = True):
     """The generated notebook with the outputs a good run gives: each numbers cell prints the
     names it was asked for, each widget cell shows a widget view."""
-    nb = notebooks.clean_notebook(source)
+    nb = convert.clean_notebook(source)
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
@@ -46,7 +46,7 @@ def test_placeholders_fail():
     problems = colab_check.check_outputs("t", LADDER, executed(LADDER, numbers=False),
                                          torch=True)
     assert problems and all("not printed by a cell before it" in p for p in problems)
-    cited = notebooks.glue_citations(LADDER)
+    cited = convert.glue_citations(LADDER)
     assert len(problems) == len(cited)
 
 
