@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import copy
+import sys
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -86,3 +88,11 @@ def test_colab_environment_is_colabs():
     packages = dict(p.split("==") for p in colab_check.ENVS["colab"])
     assert packages["ipywidgets"] == "7.7.1" and packages["torch"] == "2.13.0"
     assert "torch" not in dict(p.split("==") for p in colab_check.ENVS["colab-no-torch"])
+
+
+def test_widget_tests_run_outside_the_checkout(tmp_path):
+    """The widget tests that each Colab venv runs exist and pass as a copy outside the
+    checkout (here in this venv: the mechanics, not Colab's versions)."""
+    assert colab_check.WIDGET_TESTS.is_file()
+    assert colab_check.widget_tests("this-venv", Path(sys.executable), tmp_path) == []
+    assert (tmp_path / colab_check.WIDGET_TESTS.name).is_file()
