@@ -90,9 +90,13 @@ def test_colab_environment_is_colabs():
     assert "torch" not in dict(p.split("==") for p in colab_check.ENVS["colab-no-torch"])
 
 
+def test_widget_tests_exist():
+    assert colab_check.WIDGET_TESTS.is_file()  # tests/test_widgets.py moved once, unnoticed
+
+
+@pytest.mark.slow
 def test_widget_tests_run_outside_the_checkout(tmp_path):
-    """The widget tests that each Colab venv runs exist and pass as a copy outside the
-    checkout (here in this venv: the mechanics, not Colab's versions)."""
-    assert colab_check.WIDGET_TESTS.is_file()
+    """The widget tests that each Colab venv runs pass as a copy outside the checkout (here
+    in this venv: the mechanics, not Colab's versions)."""
     assert colab_check.widget_tests("this-venv", Path(sys.executable), tmp_path) == []
     assert (tmp_path / colab_check.WIDGET_TESTS.name).is_file()
