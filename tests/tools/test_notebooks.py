@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tools import notebooks, toc
+from tools import convert, notebooks, toc
 
 
 def test_notebooks_in_sync_with_book():
@@ -17,7 +17,7 @@ def test_notebooks_in_sync_with_book():
 def test_generated_notebook_is_deterministic_and_clean(source):
     text = notebooks.notebook_text(source)
     assert notebooks.notebook_text(source) == text
-    nb = notebooks.clean_notebook(source)
+    nb = convert.clean_notebook(source)
     assert nb.metadata.kernelspec.name == "python3"
     assert all(not c.get("outputs") for c in nb.cells)
     ids = [c.id for c in nb.cells]
