@@ -91,7 +91,7 @@ def test_colab_environment_is_colabs():
 
 
 def test_widget_tests_exist():
-    assert colab_check.WIDGET_TESTS.is_file()  # tests/test_widgets.py moved once, unnoticed
+    assert colab_check.WIDGET_TESTS.is_file()  # the file moved once, and this went unnoticed
 
 
 @pytest.mark.slow
