@@ -26,11 +26,12 @@ on ``sys.path`` because Jupyter Book adds the ``local_extensions`` folders to it
   (:func:`flashlib.book.site.static_site`).
 - **Code that never wraps** (:func:`mark_wide_code`): shown code and printed outputs keep their
   lines (book/_static/flashlib.css: ``white-space: pre``; a block too wide for a phone scrolls
-  inside itself). The text column at 1280 px holds :data:`CODE_COLUMNS` columns; a block with a
-  longer line is marked ``flashlib-wide`` (and the theme's ``full-width``, so that its "On
-  this page" sidebar folds while the block is in view) and widens into that sidebar's space on
-  screens of 1200 px and more, where up to :data:`MAX_CODE_COLUMNS` fit. A longer line is a
-  build warning, naming the page and the line.
+  inside itself). The text column at 1280 px holds :data:`CODE_COLUMNS` columns (fewer in an
+  exercise, a note or a dropdown); a block with a longer line is marked ``flashlib-wide``
+  (and the theme's ``full-width``, so that its "On this page" sidebar folds while the block
+  is in view) and widens into that sidebar's space on screens of 1200 px and more, where up
+  to :data:`MAX_CODE_COLUMNS` fit. A longer line is a build warning, naming the page and the
+  line.
 - **Figures as files** (:func:`images_to_files`): every PNG that a page carries as a data URL
   (the book's figures, and every frame of its interactive figures) is written once to
   ``_images/flashlib/<hash>.png`` and referenced from there, so that a page loads the frames
@@ -79,6 +80,9 @@ CODE_COLUMNS = 76
 #: Columns that a flashlib-wide block holds on a screen of 1200 px and more; longer lines are
 #: a build warning (they would scroll sideways inside their block even there).
 MAX_CODE_COLUMNS = 100
+#: Columns a block loses to each box around it: an admonition (an exercise, a solution, a
+#: note: the theme's margins and padding, 68 px) and a dropdown's body (32 px).
+ADMONITION_COLUMNS, DROPDOWN_COLUMNS = 8, 4
 #: Classes of a widened block: the book's, and the theme's, whose script folds the "On this
 #: page" sidebar while a full-width element is in view.
 WIDE_CLASSES = ("flashlib-wide", "full-width")
@@ -172,15 +176,30 @@ def code_columns(text: str) -> int:
     return max((len(line.expandtabs()) for line in text.splitlines()), default=0)
 
 
+def available_columns(block: nodes.Element) -> int:
+    """Columns of code that ``block``'s column holds at 1280 px: :data:`CODE_COLUMNS`, less
+    what each admonition and dropdown around it takes."""
+    columns = CODE_COLUMNS
+    parent = block.parent
+    while parent is not None:
+        if isinstance(parent, nodes.Admonition):
+            columns -= ADMONITION_COLUMNS
+        elif (type(parent).__name__ == "dropdown_main"
+              or "sd-card-body" in parent.get("classes", [])):
+            columns -= DROPDOWN_COLUMNS
+        parent = parent.parent
+    return columns
+
+
 def mark_wide_code(app: Sphinx, doctree: nodes.document, docname: str) -> None:
     """Mark each code block (a literal block: shown code, a cell's source, a printed output)
-    whose longest line is over :data:`CODE_COLUMNS` with :data:`WIDE_CLASSES`: on its
-    notebook cell's box (input or output) when it is one, else on the block itself. A line
-    over :data:`MAX_CODE_COLUMNS` is a warning."""
+    whose longest line is longer than its column holds (:func:`available_columns`) with
+    :data:`WIDE_CLASSES`: on its notebook cell's box (input or output) when it is one, else
+    on the block itself. A line over :data:`MAX_CODE_COLUMNS` is a warning."""
     for block in doctree.findall(nodes.literal_block):
         text = block.astext()
         columns = code_columns(text)
-        if columns <= CODE_COLUMNS:
+        if columns <= available_columns(block):
             continue
         parent = block.parent
         cell_box = isinstance(parent, nodes.container) and (

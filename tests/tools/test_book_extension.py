@@ -57,3 +57,16 @@ def test_figures_become_files_of_the_site(tmp_path):
     untouched = {"body": "<p>no figure</p>"}
     ext.images_to_files(app, "book/tiling", "page.html", untouched, None)
     assert untouched["body"] == "<p>no figure</p>"
+
+
+def test_a_block_in_an_exercise_or_a_dropdown_has_fewer_columns():
+    doc = nodes.document(None, None)
+    inside = nodes.literal_block("a" * 72, "a" * 72)  # fits the text column, not a solution
+    top = nodes.literal_block("b" * 72, "b" * 72)
+    solution = nodes.admonition("", nodes.container("", inside, classes=["sd-card-body"]))
+    doc += [solution, top]
+    assert ext.available_columns(top) == ext.CODE_COLUMNS
+    assert ext.available_columns(inside) == (
+        ext.CODE_COLUMNS - ext.ADMONITION_COLUMNS - ext.DROPDOWN_COLUMNS)
+    ext.mark_wide_code(None, doc, "book/x")
+    assert "flashlib-wide" in inside["classes"] and "flashlib-wide" not in top["classes"]
