@@ -9,11 +9,12 @@ on ``sys.path`` because Jupyter Book adds the ``local_extensions`` folders to it
       https://colab.research.google.com/github/<org>/<repo>/blob/<branch>/notebooks/<name>.ipynb
 
   ``<org>/<repo>`` and ``<branch>`` come from ``repository:`` in _config.yml (the only place
-  the URL is configured), read by ``notebooks.repository()``. A chapter without its notebook
+  the URL is configured), read by ``tools.project.repository()``, the URL built by
+  ``tools.colab.colab_url``. A chapter without its notebook
   is a build warning (so ``-W`` fails).
 - **Exercise numbers per chapter**: "Exercise 2.3" is the third exercise of the second chapter
-  (:func:`number_exercises`), the numbers ``tools/notebooks.py`` prints in the notebooks
-  (both use ``notebooks.chapter_number``).
+  (:func:`number_exercises`), the numbers tools/convert.py prints in the notebooks
+  (both use ``tools.toc.chapter_number``).
 - **Accessible HTML** (:func:`accessible_body`): the bibliography's entries are list items of
   its list (docutils writes ``role="doc-biblioentry"``, which axe-core reports as
   aria-required-children, critical), and myst-nb's "Show code cell source" summaries are named
@@ -47,7 +48,6 @@ import hashlib
 import os
 import re
 from pathlib import Path
-from urllib.parse import urlparse
 
 from docutils import nodes
 from sphinx.application import Sphinx
@@ -55,11 +55,12 @@ from sphinx.environment import BuildEnvironment
 from sphinx.util import logging
 from sphinx.util.osutil import relative_uri
 
-from tools.notebooks import chapter_number, is_notebook, repository
+from tools.colab import colab_url
+from tools.project import repository
+from tools.toc import chapter_number, is_notebook
 
 logger = logging.getLogger(__name__)
 
-COLAB = "https://colab.research.google.com/github"
 #: Environment variable read by flashlib.book.site.static_site() in the executing kernels.
 STATIC_ENV = "FLASHLIB_STATIC_WIDGETS"
 
@@ -100,15 +101,6 @@ NOSCRIPT_STYLE = (
 )
 
 
-def colab_url(repository_url: str, branch: str, name: str, folder: str = "notebooks") -> str:
-    """Colab URL of <folder>/<name>.ipynb (default notebooks/) in a github.com repository."""
-    parsed = urlparse(repository_url)
-    if parsed.netloc != "github.com":
-        raise ValueError(f"repository url must be a github.com URL, got {repository_url!r}")
-    repo = parsed.path.strip("/").removesuffix(".git")
-    return f"{COLAB}/{repo}/blob/{branch}/{folder.strip('/')}/{name}.ipynb"
-
-
 def add_colab_link(app: Sphinx, doctree: nodes.document) -> None:
     env = app.env
     source = Path(env.doc2path(env.docname))
@@ -141,7 +133,7 @@ def number_exercises(app: Sphinx, env: BuildEnvironment) -> list[str]:
     ``env.toc_fignumbers[docname]["exercise"][id]``, are assigned by the toctree collector's
     ``env-get-updated`` handler, just before this one (a later priority), and read by
     sphinx-exercise's titles and by every cross-reference; here they are replaced by the
-    chapter's number (``notebooks.chapter_number``, also used by the notebooks) and the
+    chapter's number (``toc.chapter_number``, also used by the notebooks) and the
     exercise's rank in the chapter. Returns the documents to write again: those numbered."""
     renumbered = []
     for docname, numbers in env.toc_fignumbers.items():

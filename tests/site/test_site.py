@@ -42,8 +42,10 @@ from tests.browser import (
     page_weight,
     serve,
 )
-from tools import book_extension, notebooks
+from tools import convert, toc
+from tools.colab import colab_url
 from tools.paths import ROOT
+from tools.project import repository
 
 pytestmark = [pytest.mark.site, pytest.mark.browser]
 
@@ -352,7 +354,7 @@ def test_page_desktop(server, browser, page_path: str) -> None:
         if colab.count():
             href = colab.first.get_attribute("href")
             name = Path(page_path).stem
-            assert href == book_extension.colab_url(*notebooks.repository(), name), href
+            assert href == colab_url(*repository(), name), href
             assert (ROOT / "notebooks" / f"{name}.ipynb").is_file(), href
 
         sideways = page.evaluate(SIDEWAYS, [FITTING, None])
@@ -482,16 +484,16 @@ def test_no_page_repeats_a_script() -> None:
 
 def test_exercises_are_numbered_per_chapter() -> None:
     """"Exercise C.K" on the site, C the chapter's number: the notebooks' numbers too."""
-    for source in notebooks.chapters():
+    for source in toc.chapters():
         page = SITE / source.relative_to(ROOT).with_suffix(".html")
         if not page.is_file():
             continue
         html = page.read_text(encoding="utf-8")
         on_site = re.findall(r'<span class="caption-number">Exercise (\d+(?:\.\d+)*)', html)
         in_notebook = re.findall(r"^### Exercise (\S+)", "\n".join(
-            c.source for c in notebooks.clean_notebook(source).cells
+            c.source for c in convert.clean_notebook(source).cells
             if c.cell_type == "markdown"), re.M)
-        chapter = notebooks.chapter_number(source)
+        chapter = toc.chapter_number(source)
         want = [f"{chapter}.{k}" for k in range(1, len(in_notebook) + 1)]
         assert [n.rstrip(".") for n in on_site] == want == [n.rstrip(":") for n in in_notebook], (
             source.name, on_site, in_notebook)
