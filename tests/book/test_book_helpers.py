@@ -128,3 +128,39 @@ def test_chapter_diagrams_render_with_alt_and_caption():
         html = dg._repr_html_()
         assert html.startswith('<figure class="flashlib-diagram"><svg') and "aria-label" in html
         assert "<figcaption" in html
+
+
+def _before(x, y):
+    z = x + y  # the sum
+    # a note
+    return z * 2
+
+
+def _after(x, y):
+    z = x + y  # the sum, now explained at length
+    w = "a # inside a string"
+    return z * 3 + len(w)
+
+
+def test_source_diff_ignores_changes_of_comments_alone():
+    """A line whose comment alone changed is context (in its new version), a comment line
+    removed on its own is no change; a code change, and a # inside a string, still count."""
+    from flashlib.book.diffs import source_diff
+
+    lines = source_diff(_before, _after, context=5).lines
+    assert "     z = x + y  # the sum, now explained at length" in lines
+    assert not any("the sum" in line for line in lines if line[:1] in "+-")
+    assert '+    w = "a # inside a string"' in lines
+    assert "-    return z * 2" in lines and "+    return z * 3 + len(w)" in lines
+    assert "-    # a note" in lines  # removed together with code: part of the change
+    only_comments = source_diff(_before, _before_commented, context=0)  # and the name
+    assert only_comments.added == only_comments.removed == 1
+    assert only_comments.lines[2:] == [
+        "@@ -1 +1 @@", "-def _before(x, y):", "+def _before_commented(x, y):"]
+
+
+def _before_commented(x, y):
+    z = x + y  # the total
+    # a note
+    # and a second note
+    return z * 2

@@ -226,13 +226,16 @@ def test_step_moves_the_tile_the_traffic_and_the_rows_m_and_l(tiling_page):
             page.keyboard.press("ArrowRight" if k == 0 else "ArrowLeft")
             assert drawing.get_attribute("aria-label") == label
         assert "step 6" in label and "running maximum m" in label
+        # blocks counted from 1, as in the algorithm boxes: step 6 of Algorithm 1 on 4 x 7
+        # tiles is the second tile of the second key block (0-based (1, 1) in the log)
+        assert "tile (2, 2) is computed, SRAM holds K_2, V_2, Q_2, O_2, l_2, m_2" in label
         step = fig.locator("input[data-name=step]")
         step.focus()
         for _ in range(11):  # v1, n = 100, 4 x 7 tiles: step 17 is a tile of row block 1
             page.keyboard.press("ArrowRight")
         later = drawing.get_attribute("aria-label")
         assert "step 17" in later and later != label
-        assert later.split("row 50 has seen")[1] != label.split("row 50 has seen")[1]
+        assert later.split("row 51 has seen")[1] != label.split("row 51 has seen")[1]
         assert "m = " in drawing.inner_html() and "l = " in drawing.inner_html()
         wide = fig.evaluate("f => f.scrollWidth > f.clientWidth + 1")
         assert not wide, "the widget scrolls sideways at 390 px"
