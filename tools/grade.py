@@ -92,7 +92,7 @@ exercise ended, a grading process the student's code killed, an answer identical
 classmate's or to the book's published solution.
 
 Why in tools/ and not in the flashlib package: it reads the chapters (book/*.md, through
-tools/notebooks.py, the one reader of the exercises' numbers), which only the repository has;
+tools/convert.py, the one reader of the exercises' numbers), which only the repository has;
 the checkers it runs are the package's.  Grade with a checkout of the release the students
 used.  It needs Linux or macOS (forking); the sandbox needs Linux with bubblewrap (see
 tools/grade_sandbox.py and the instructor guide for what each platform gets).
@@ -118,10 +118,10 @@ from typing import Any
 
 import nbformat
 
-from tools import grade_lint, gradebook, notebooks
+from tools import colab, convert, grade_lint, gradebook, toc
 from tools.grade_worker import one_line
+from tools.paths import ROOT
 
-ROOT = notebooks.ROOT
 CHECKER_PACKAGE = "flashlib.book.exercises"
 CSV_COLUMNS = ["student", "notebook", "chapter", "exercise", "status", "passed",
                "checks_passed", "checks_total", "first_problem", "runtime_s", "score",
@@ -153,7 +153,7 @@ def exercise_cells(nb: nbformat.NotebookNode, chapter_markdown: set[str] | None 
     current: str | None = None
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "markdown":
-            numbers = notebooks.exercise_numbers(cell.source)
+            numbers = convert.exercise_numbers(cell.source)
             own = chapter_markdown is not None and cell.source.strip() not in chapter_markdown
             if numbers:
                 for number in numbers:
@@ -231,8 +231,8 @@ class Chapter:
 
 
 def load_chapter(source: Path) -> Chapter:
-    nb = notebooks.clean_notebook(source, student=True)
-    setup = notebooks.colab_cell().source
+    nb = convert.clean_notebook(source, student=True)
+    setup = colab.colab_cell().source
     cells = exercise_cells(nb)
     owner = {i: number for number, indices in cells.items() for i in indices}
     checkers = checker_imports([c.source for c in nb.cells if c.cell_type == "code"])
@@ -252,14 +252,14 @@ def load_chapter(source: Path) -> Chapter:
         elif owner[i] in exercises and owner[i] not in placed:
             steps.append(("exercise", owner[i]))
             placed.add(owner[i])
-    title = notebooks.page_titles()[source.relative_to(ROOT).with_suffix("").as_posix()][0]
+    title = toc.page_titles()[source.relative_to(ROOT).with_suffix("").as_posix()][0]
     markdown = {c.source.strip() for c in nb.cells if c.cell_type == "markdown"}
     starters = {n: [nb.cells[i].source for i in indices] for n, indices in cells.items()}
     return Chapter(source.stem, title, steps, exercises, ungraded, markdown, starters)
 
 
 def load_chapters() -> dict[str, Chapter]:
-    return {source.stem: load_chapter(source) for source in notebooks.chapters()}
+    return {source.stem: load_chapter(source) for source in toc.chapters()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -648,7 +648,7 @@ def _flag_identical(answers: dict[tuple[str, str], list[tuple[str, str, Row]]],
     for (chapter, number), entries in answers.items():
         if chapter not in published:
             try:
-                published[chapter] = solutions(notebooks.ROOT / "book" / f"{chapter}.md")
+                published[chapter] = solutions(ROOT / "book" / f"{chapter}.md")
             except (OSError, ValueError):
                 published[chapter] = {}
         code = published[chapter].get(number)

@@ -42,7 +42,8 @@ from pathlib import Path
 
 import nbformat
 
-from tools import notebooks
+from tools import notebooks, toc
+from tools.paths import ROOT
 
 PROFILES = ("solution", "blank", "partial", "mistake", "crash", "loop", "parallel", "cheater",
             "destructive")
@@ -188,7 +189,7 @@ def canary(folder: Path) -> Path:
 def hostile(code: str, folder: Path) -> str:
     """A cheat or attack with its placeholders filled in for the class in ``folder``."""
     return code.replace("{canary}", str(canary(folder).resolve())).replace(
-        "{book}", str(notebooks.ROOT / "book"))
+        "{book}", str(ROOT / "book"))
 
 
 #: What the "parallel" student wraps around each solution: the call runs in a pool's worker
@@ -260,7 +261,7 @@ def solutions(source: Path) -> dict[str, str]:
                 found.setdefault(title[1], []).append(cell.source.split("\n", 1)[1])
     found = {number: "\n\n".join(code.strip("\n") for code in codes)
              for number, codes in found.items() if codes}
-    prefix = f"{notebooks.chapter_number(source)}."
+    prefix = f"{toc.chapter_number(source)}."
     return found | {n: code for n, code in SOLUTION_FIXES.items() if n.startswith(prefix)}
 
 
@@ -310,7 +311,7 @@ def student_notebook(source: Path, profile: str, folder: Path | None = None
     the class's, whose ``.canary`` the hostile profiles aim at)."""
     from tools.grade import exercise_cells, number_key
 
-    nb = nbformat.read(notebooks.student_target(source), as_version=4)
+    nb = nbformat.read(notebooks.target(source, student=True), as_version=4)
     cells = exercise_cells(nb)
     found = solutions(source)
     numbers = sorted(cells, key=number_key)
@@ -349,7 +350,7 @@ def write_class(folder: Path, students: int = 40, chapters: list[str] | None = N
     """Write the class; ``{student: profile}``.  Students are named ``s01-solution``...;
     ``profiles``: one per student (default: :func:`class_profiles`, honest only), or fewer,
     taken in turn."""
-    sources = [s for s in notebooks.chapters() if chapters is None or s.stem in chapters]
+    sources = [s for s in toc.chapters() if chapters is None or s.stem in chapters]
     profiles = list(profiles or class_profiles(students, hostile=False))
     roster = {}
     for i in range(students):

@@ -30,12 +30,9 @@ from pathlib import Path
 
 import nbformat
 
-from tools import (
-    grade,
-    notebooks,
-)
+from tools import grade, notebooks, toc
+from tools.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = ROOT / "book" / "beyond.md"
 REPORT = ROOT / "book" / "instructor" / "sample-report.md"
 EXERCISES = ROOT / "book" / "instructor" / "exercises.md"
@@ -131,7 +128,7 @@ def write_class(folder: Path) -> None:
     """One folder per student holding their beyond.ipynb."""
     from tools.grade_class import solutions
 
-    official = nbformat.read(notebooks.student_target(CHAPTER), as_version=4)
+    official = nbformat.read(notebooks.target(CHAPTER, student=True), as_version=4)
     cells = grade.exercise_cells(official)
     numbers = sorted(cells, key=grade.number_key)
     published = solutions(CHAPTER)
@@ -259,7 +256,7 @@ def prose_words(source: Path) -> int:
 def course_plan() -> str:
     """Markdown: the meetings, their pre-reading (computed), exercises and outcomes."""
     chapters = grade.load_chapters()
-    titles = notebooks.page_titles()
+    titles = toc.page_titles()
     stats = {}
     for name in chapters:
         source = ROOT / "book" / f"{name}.md"

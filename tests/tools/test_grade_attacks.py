@@ -56,7 +56,7 @@ def student(attack: str) -> str:
 
 
 def notebook(answers: dict[str, str]) -> nbformat.NotebookNode:
-    nb = nbformat.read(notebooks.student_target(CHAPTER), as_version=4)
+    nb = nbformat.read(notebooks.target(CHAPTER, student=True), as_version=4)
     nb = copy.deepcopy(nb)
     cells = grade.exercise_cells(nb)
     for number, source in answers.items():
@@ -66,7 +66,7 @@ def notebook(answers: dict[str, str]) -> nbformat.NotebookNode:
 
 
 def right_answers() -> dict[str, str]:
-    official = nbformat.read(notebooks.student_target(CHAPTER), as_version=4)
+    official = nbformat.read(notebooks.target(CHAPTER, student=True), as_version=4)
     cells = grade.exercise_cells(official)
     solutions = grade_class.solutions(CHAPTER)
     answers = {}

@@ -98,7 +98,7 @@ CRASH = "import os\n\n\ndef merge(a, b):\n    os._exit(3)\n\n\ncheck_merge(merge
 
 
 def notebook(answers: dict[str, str]) -> nbformat.NotebookNode:
-    nb = copy.deepcopy(nbformat.read(notebooks.student_target(CHAPTER), as_version=4))
+    nb = copy.deepcopy(nbformat.read(notebooks.target(CHAPTER, student=True), as_version=4))
     cells = grade.exercise_cells(nb)
     for number, source in answers.items():
         (index,) = cells[number]

@@ -76,7 +76,7 @@ def test_roster_headers_and_errors(tmp_path):
 
 
 def student_notebook(answers: dict[str, str]) -> nbformat.NotebookNode:
-    nb = copy.deepcopy(nbformat.read(notebooks.student_target(CHAPTER), as_version=4))
+    nb = copy.deepcopy(nbformat.read(notebooks.target(CHAPTER, student=True), as_version=4))
     cells = grade.exercise_cells(nb)
     for number, source in answers.items():
         (index,) = cells[number]

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tools import grade, grade_class, notebooks
+from tools import convert, grade, grade_class, toc
 from tools.paths import STUDENT_HTML
 
 pytestmark = [pytest.mark.site, pytest.mark.student_site]
@@ -150,7 +150,7 @@ def printed_answer(chapter: str, value: Any) -> Any:
 def chapter_imports(source: Path) -> dict[str, Any]:
     """The chapter's namespace as far as its imports go: every top-level import of its code
     cells (the student notebook's), run."""
-    nb = notebooks.clean_notebook(source, student=True)
+    nb = convert.clean_notebook(source, student=True)
     namespace: dict[str, Any] = {"__name__": f"chapter_{source.stem}"}
     for cell in nb.cells:
         if cell.cell_type != "code" or "google.colab" in cell.source:
@@ -187,7 +187,7 @@ def shown_functions(source: Path, namespace: dict[str, Any]) -> dict[str, Any]:
             copy = _copy(obj)
             if copy is not None:
                 found[name.split(".")[-1]] = copy
-    nb = notebooks.clean_notebook(source, student=True)
+    nb = convert.clean_notebook(source, student=True)
     exercise_cells = {i for ids in grade.exercise_cells(nb).values() for i in ids}
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code" or i in exercise_cells:
@@ -370,7 +370,7 @@ def _parse_call(call: str) -> tuple[str, list[str], dict[str, str]]:
     return parse_call(call)
 
 
-CHAPTERS = notebooks.chapters()
+CHAPTERS = toc.chapters()
 
 
 @pytest.fixture(scope="module")
