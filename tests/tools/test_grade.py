@@ -23,7 +23,7 @@ from tools import convert, grade, notebooks, toc
 from tools.paths import ROOT
 
 CHAPTER = ROOT / "book" / "online-softmax.md"
-TIMEOUT = 3.0  # seconds per exercise in these tests
+TIMEOUT = 8.0  # seconds per exercise in these tests (3 timed out on a loaded 2-core machine)
 
 CORRECT = {
     "3.1": """
