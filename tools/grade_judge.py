@@ -104,7 +104,7 @@ class Zygote:
             config["limits"] = dict(options.limits, processes=_my_processes()
                                     + options.limits["processes"])
         self.send({"op": "start", "steps": steps, "config": config,
-                   "cwd": "/tmp/chapter" if conf.bwrap else None})
+                   "cwd": sandbox.inside("chapter") if conf.bwrap else None})
 
     def send(self, header: dict[str, Any], fds: list[int] | None = None) -> None:
         import json
@@ -456,6 +456,10 @@ class Judge:
         except ZygoteDied as err:
             return {"status": "grader-error",
                     "first_problem": f"no result: the chapter failed to run here ({err})"}
+        # the checker's module imported before the clock starts: its first import (matplotlib,
+        # widgets) is the judge's time, not the first student's (a failure: reported by _run)
+        with contextlib.suppress(Exception):
+            _import(exercise["checker"])
         start = time.monotonic()
         ours, theirs = socket.socketpair()
         out_read, out_write = os.pipe()
@@ -541,9 +545,10 @@ class Judge:
             checker = _import(exercise["checker"])
             fb = checker(*values.get("args", []), **values.get("kwargs", {}))
         except rpc.Deadline:
+            busy = machine_busy()
             return {"status": "timeout", "in_prelude": bool(prelude) and not started,
                     "first_problem": f"still running after {timeout:g} s: killed (an infinite "
-                                     "loop, or far too slow)"}
+                                     "loop, or far too slow)", "notes": [busy] if busy else []}
         except rpc.Gone:
             return {"status": "crashed", "first_problem": "",
                     "in_prelude": bool(prelude) and not started}
@@ -551,6 +556,22 @@ class Judge:
             return {"status": "error",
                     "first_problem": f"{exercise['call']} raised {describe(err)}"}
         return verdict(fb, cell_error, notes, strict=self.options.strict, call=exercise["call"])
+
+
+def machine_busy() -> str | None:
+    """A note for a timeout when the machine had more work than cores (the time limit is
+    wall-clock time: on a busy machine, right code can run out of it), else None."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # no load average on this platform
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+    if load <= cores:
+        return None
+    return (f"the machine was busy when the time ran out (load average {load:.1f} on "
+            f"{cores} cores): the code may be right; grade it again on a quiet machine or "
+            "with a longer --timeout")
 
 
 def verdict(fb: Any, cell_error: str | None, notes: list[str], *, strict: bool,

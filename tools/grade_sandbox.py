@@ -44,8 +44,10 @@ import os
 import resource
 import shutil
 import signal
+import site
 import subprocess
 import sys
+import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,9 +117,10 @@ class Confinement:
 
 def _python_paths() -> list[Path]:
     """What the sandboxed Python needs to read: its installation, the virtual environment and
-    every folder of sys.path but the repository itself (:func:`_repo_paths`)."""
+    their library folders (sysconfig's and site's), the repository itself left out
+    (:func:`_repo_paths`)."""
     paths = {Path(sys.base_prefix), Path(sys.prefix)}
-    for entry in sys.path:
+    for entry in [*sysconfig.get_paths().values(), *site.getsitepackages()]:
         path = Path(entry or ".").resolve()
         if path.is_dir() and path != ROOT and not any(path.is_relative_to(p) for p in paths):
             paths.add(path)
@@ -130,14 +133,24 @@ def _repo_paths() -> list[Path]:
     return [ROOT / "flashlib", *(ROOT / f for f in WORKER_FILES)]
 
 
+#: The sandbox's private /tmp, as the processes inside see it: a tmpfs of the sandbox, not
+#: the folder of this machine.
+INSIDE = Path("/tmp")
+
+
+def inside(name: str) -> str:
+    """A path of the sandbox's private /tmp (:data:`INSIDE`)."""
+    return str(INSIDE / name)
+
+
 def sandbox_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment inside the sandbox: nothing of the grader's but :data:`PASS_ENV`."""
     env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
     env |= {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
-            "HOME": "/tmp/home", "TMPDIR": "/tmp", "PYTHONDONTWRITEBYTECODE": "1",
+            "HOME": inside("home"), "TMPDIR": str(INSIDE), "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONPATH": str(ROOT), "PYTHONNOUSERSITE": "1", "MPLBACKEND": "Agg",
-            "MPLCONFIGDIR": "/tmp/matplotlib", "IPYTHONDIR": "/tmp/ipython",
-            "TRITON_CACHE_DIR": "/tmp/triton", "XDG_CACHE_HOME": "/tmp/cache",
+            "MPLCONFIGDIR": inside("matplotlib"), "IPYTHONDIR": inside("ipython"),
+            "TRITON_CACHE_DIR": inside("triton"), "XDG_CACHE_HOME": inside("cache"),
             "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
             "VECLIB_MAXIMUM_THREADS": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1",
             "PYTHONHASHSEED": "0"}
@@ -184,7 +197,7 @@ def bwrap_command(bwrap: str, workdir: Path, mpl_cache: Path | None = None,
         if path.exists() and not any(path.is_relative_to(Path("/") / d) for d in SYSTEM):
             bind(path)
     if mpl_cache is not None and mpl_cache.is_dir():  # matplotlib's font list, read once
-        cmd += ["--ro-bind", str(mpl_cache), "/tmp/matplotlib"]
+        cmd += ["--ro-bind", str(mpl_cache), inside("matplotlib")]
     for dev in sorted(Path("/dev").glob("nvidia*")):  # a GPU, for the GPU chapter
         cmd += ["--dev-bind", str(dev), str(dev)]
     cmd += ["--chdir", str(workdir)]

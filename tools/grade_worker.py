@@ -190,8 +190,9 @@ def run_student(shell: Any, request: dict[str, Any], started: Any = None) -> dic
             cell_error = f"the exercise cell raised {describe(err)}"
             if not isinstance(err, SyntaxError):
                 tb = traceback.extract_tb(err.__traceback__)
-                cell_lines = [f.lineno for f in tb if f.filename.startswith("<ipython-input")
-                              or "ipykernel" in f.filename or f.filename.startswith("/tmp/ipy")]
+                ipython = ("<ipython-input", sandbox.inside("ipy"))
+                cell_lines = [f.lineno for f in tb if f.filename.startswith(ipython)
+                              or "ipykernel" in f.filename]
                 if cell_lines:
                     cell_error += f" (line {cell_lines[-1]})"
     if skipped:
@@ -317,7 +318,7 @@ def exercise_process(shell: Any, config: dict[str, Any], sock_fd: int, out_fd: i
         if level == "namespaces":
             sandbox.enter_task_namespaces(config["limits"]["disk"], close=(sock_fd, out_fd))
             os.setsid()
-            work = Path("/tmp/work")
+            work = Path(sandbox.inside("work"))
         else:
             os.setsid()
             work = Path(config["tasks"]) / f"task-{os.getpid()}"

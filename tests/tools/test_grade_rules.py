@@ -281,3 +281,17 @@ def test_a_chapter_sandbox_cgroup_bounds_and_ends_everything_in_it():
         cgroup.remove()
     assert not any(grade_sandbox.CGROUP_ROOT.rglob("flashlib-grade-test"))
     assert "cgroup of its own" in grade_sandbox.probe().describe()
+
+
+def test_a_timeout_on_a_busy_machine_says_so(monkeypatch):
+    """The time limit is wall-clock time: a timeout while the machine has more work than
+    cores gets a note saying the code may be right."""
+    from tools import grade_judge
+
+    monkeypatch.setattr(grade_judge.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(grade_judge.os, "getloadavg", lambda: (1.5, 1.0, 1.0))
+    assert grade_judge.machine_busy() is None
+    monkeypatch.setattr(grade_judge.os, "getloadavg", lambda: (12.3, 9.0, 8.0))
+    note = grade_judge.machine_busy()
+    assert note.startswith("the machine was busy when the time ran out (load average 12.3 on "
+                           "2 cores)"), note
