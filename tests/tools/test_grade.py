@@ -215,7 +215,7 @@ def test_every_row_of_the_report(graded):
         ("carol", "", "overflow", "", "missing", 0, 0, no_notebook("overflow")),
         ("carol", nb.format("carol"), "online-softmax", "3.1", *NOT_ATTEMPTED),
         ("carol", nb.format("carol"), "online-softmax", "3.2", "timeout", 0, 0,
-         "still running after 3 s: killed (an infinite loop, or far too slow)"),
+         f"still running after {TIMEOUT:g} s: killed (an infinite loop, or far too slow)"),
         ("carol", nb.format("carol"), "online-softmax", "3.3", "passed", None, None, ""),
         ("carol", nb.format("carol"), "online-softmax", "3.4", *NOT_ATTEMPTED),
         ("dave", "", "overflow", "", "missing", 0, 0, no_notebook("overflow")),
