@@ -254,3 +254,20 @@ def learner_copy(fn):
     exec(compile(textwrap.dedent(inspect.getsource(original)),  # noqa: S102
                  f"<a copy of {original.__qualname__}>", "exec"), namespace)
     return namespace[original.__name__]
+
+
+def student_notebook(chapter, answers: dict[str, str]):
+    """The student edition's notebook of ``chapter`` (book/NAME.md) with the code of the
+    exercise cells ``answers`` names (``{"3.2": code}``) replaced: a student's hand-in."""
+    import copy
+
+    import nbformat
+
+    from tools import grade, notebooks
+
+    nb = copy.deepcopy(nbformat.read(notebooks.target(chapter, student=True), as_version=4))
+    cells = grade.exercise_cells(nb)
+    for number, source in answers.items():
+        (index,) = cells[number]
+        nb.cells[index].source = source.strip("\n")
+    return nb

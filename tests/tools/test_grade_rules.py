@@ -9,7 +9,6 @@ the levels below the full sandbox run their code with the tests' permissions.
 
 from __future__ import annotations
 
-import copy
 import csv
 import os
 import shutil
@@ -19,7 +18,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tools import grade, grade_sandbox, notebooks
+from tests.helpers import student_notebook
+from tools import grade, grade_sandbox
 
 CHAPTER = grade.ROOT / "book" / "online-softmax.md"
 TIMEOUT = 8.0
@@ -99,12 +99,7 @@ CRASH = "import os\n\n\ndef merge(a, b):\n    os._exit(3)\n\n\ncheck_merge(merge
 
 
 def notebook(answers: dict[str, str]) -> nbformat.NotebookNode:
-    nb = copy.deepcopy(nbformat.read(notebooks.target(CHAPTER, student=True), as_version=4))
-    cells = grade.exercise_cells(nb)
-    for number, source in answers.items():
-        (index,) = cells[number]
-        nb.cells[index].source = source.strip("\n")
-    return nb
+    return student_notebook(CHAPTER, answers)
 
 
 CLASS = {

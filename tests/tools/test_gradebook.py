@@ -4,14 +4,14 @@ file per student; and the flags for the instructor (tools/grade_lint.py)."""
 
 from __future__ import annotations
 
-import copy
 import csv
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from tools import grade, grade_lint, gradebook, notebooks
+from tests.helpers import student_notebook
+from tools import grade, grade_lint, gradebook
 
 CHAPTER = grade.ROOT / "book" / "online-softmax.md"
 RIGHT_EMPTY = """
@@ -75,13 +75,6 @@ def test_roster_headers_and_errors(tmp_path):
         gradebook.load_roster(path)
 
 
-def student_notebook(answers: dict[str, str]) -> nbformat.NotebookNode:
-    nb = copy.deepcopy(nbformat.read(notebooks.target(CHAPTER, student=True), as_version=4))
-    cells = grade.exercise_cells(nb)
-    for number, source in answers.items():
-        (index,) = cells[number]
-        nb.cells[index].source = source.strip("\n")
-    return nb
 
 
 @pytest.fixture(scope="module")
@@ -94,9 +87,9 @@ def graded(tmp_path_factory):
     subs.mkdir()
     roster = folder / "roster.csv"
     roster.write_text(ROSTER, encoding="utf-8")
-    good = student_notebook({"3.3": RIGHT_EMPTY})
+    good = student_notebook(CHAPTER, {"3.3": RIGHT_EMPTY})
     nbformat.write(good, subs / "smithalice_1001_5551_Copy of online-softmax.ipynb")
-    nbformat.write(student_notebook({}),
+    nbformat.write(student_notebook(CHAPTER, {}),
                    subs / "smithalice_LATE_1001_5557_online-softmax-1.ipynb")
     nbformat.write(good, subs / "nunezchloe_1003_5552_online-softmax.ipynb")
     nbformat.write(good, subs / "stranger_2000_5553_online-softmax.ipynb")
