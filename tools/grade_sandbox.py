@@ -282,6 +282,16 @@ def probe() -> Confinement:
     return conf
 
 
+def reap_children() -> None:
+    """Collect every child that has ended (no zombie left), without waiting for the others."""
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                return
+        except ChildProcessError:
+            return
+
+
 def run_sandboxed(conf: Confinement, command: list[str], *, capture: bool = False,
                   timeout: float | None = None, workdir: Path = Path("/tmp"),
                   extra_env: dict[str, str] | None = None, **popen: object
@@ -475,12 +485,7 @@ def sweep_processes() -> int:
             os.kill(-1, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        while True:
-            try:
-                if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                    break
-            except ChildProcessError:
-                break
+        reap_children()
     return found
 
 
@@ -527,12 +532,7 @@ def kill_descendants() -> int:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        while True:
-            try:
-                if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                    break
-            except ChildProcessError:
-                break
+        reap_children()
         if not alive:
             break
     return found
