@@ -13,6 +13,7 @@ Shared references and helpers: tests/helpers.py.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -59,17 +60,23 @@ MAY_SKIP = {name.strip() for name in os.environ.get("FLASHLIB_MAY_SKIP", "").spl
 MISSING = pytest.StashKey[str]()
 
 
-def _sandbox() -> bool:
+@functools.cache
+def _confinement():
     from tools.grade_sandbox import probe
 
-    return probe().level == "namespaces"
+    return probe()
+
+
+def _sandbox() -> bool:
+    return _confinement().level == "namespaces"
 
 
 def _cuda() -> bool:
     return torch is not None and torch.cuda.is_available()
 
 
-#: marker -> (is the requirement met?, why it is skipped, may it skip under make test?)
+#: marker -> (is the requirement met?, why it is skipped (a text, or a function giving
+#: it), may it skip under make test?)
 REQUIREMENTS = {
     "site": (lambda: (BUILD_HTML / "index.html").exists(),
              "the site is not built (run `make book`)", False),
@@ -79,8 +86,9 @@ REQUIREMENTS = {
                 "no Chromium found (set CHROMIUM, install chromium, or "
                 "`.venv/bin/python -m playwright install chromium`)", False),
     "gpu": (_cuda, "needs a CUDA GPU (torch sees none)", True),
-    "sandbox": (_sandbox, "no full sandbox for the grader here (install bubblewrap; user "
-                          "namespaces must be allowed: tools/grade_sandbox.py)", False),
+    "sandbox": (_sandbox, lambda: "no full sandbox for the grader here (bubblewrap with user "
+                          f"namespaces; tools/grade_sandbox.py): {_confinement().describe()}",
+                False),
 }
 
 
@@ -94,6 +102,8 @@ def pytest_collection_modifyitems(config, items) -> None:
                 met[name] = bool(check())
             if met[name]:
                 continue
+            if callable(reason):
+                reason = reason()
             if REQUIRE_ALL and not may_skip and name not in MAY_SKIP:
                 item.stash[MISSING] = f"make test needs it: {reason}"
             else:
