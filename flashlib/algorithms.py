@@ -98,7 +98,7 @@ def online_attention_row(s: np.ndarray, V: np.ndarray) -> np.ndarray:
     """
     m, l = -np.inf, 0.0  # the empty state: nothing seen yet
     acc = np.zeros(V.shape[1], V.dtype)  # (d_v,): sum of p_j v_j
-    for s_j, v_j in zip(s, V):  # stream the keys, one at a time
+    for s_j, v_j in zip(s, V, strict=True):  # the keys, one by one
         if s_j == -np.inf:
             continue  # a masked key adds nothing (and no NaN)
         m_new = max(m, s_j)  # 1. the new running maximum

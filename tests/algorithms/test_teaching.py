@@ -42,9 +42,9 @@ from tests.helpers import (
     torch_grads,
 )
 
-TEACHING = [safe_softmax, online_update, online_attention_row, merge_states, standard_attention, flash1_forward,
-            flash2_forward, masked_flash_forward, standard_attention_backward, delta_from_O,
-            recompute_P, flash2_backward, two_pass_backward, split_kv_decode,
+TEACHING = [safe_softmax, online_update, online_attention_row, merge_states, standard_attention,
+            flash1_forward, flash2_forward, masked_flash_forward, standard_attention_backward,
+            delta_from_O, recompute_P, flash2_backward, two_pass_backward, split_kv_decode,
             grouped_query_attention]
 
 # (n_q, n_k, d, d_v, B_r, B_c)
