@@ -53,12 +53,16 @@ from flashlib.core.constants import BLOCK_K, BLOCK_Q, LN2, LOG2E, compute_dtype
 from flashlib.core.masks import band_hides, key_range, key_stop
 from flashlib.core.problem import Problem, check_no_overflow, check_problem, results_are_finite
 from flashlib.fast.tiles import (
+    GROUP_TILES,
     SHORT_ROWS,
     TILE_BYTES,
+    TileCall,
+    blas_matmul,
     exp_floor,
     hidden_entries,
     max_row_norm,
     row_max,
+    rows_seeing,
     slow_below,
     transposed_tiles,
 )
@@ -107,15 +111,40 @@ def workspace_bytes(n_q: int, n_k: int, d: int, dtype: object, *, d_v: int | Non
 
 
 class _Tiles(NamedTuple):
-    """One worker's buffers for a group of up to G heads (sliced to the group's size)."""
+    """One worker's buffers for a group of up to G heads x R query rows (R: up to GROUP_TILES
+    query blocks; sliced to the group's size)."""
 
-    q_aug: np.ndarray  # (G, B_r, d + 1): [Q_i * scale * log2(e), -m_i]
-    s: np.ndarray  # (G, B_r, B_c): the score tile, then P~ in place
-    s_t: np.ndarray | None  # (G, B_c, B_r): the tile transposed, for row maxima (B_c <= 128)
-    pv: np.ndarray  # (G, B_r, d_v): one tile's P~ V
-    rows: np.ndarray  # (G, B_r, 1): one tile's row sums
+    q_aug: np.ndarray  # (G, R, d + 1): [Q_i * scale * log2(e), -m_i]
+    s: np.ndarray  # (G, R, B_c): the score tiles, then P~ in place
+    s_t: np.ndarray | None  # (G, B_c, R): the tiles transposed, for row maxima (B_c <= 128)
+    pv: np.ndarray  # (G, R, d_v): one key block's P~ V
+    rows: np.ndarray  # (G, R, 1): one key block's row sums
     ones: np.ndarray  # (B_c, 1)
-    floors: np.ndarray | None  # (G, B_r, B_c) of the clamping floor, when clamping may be
+    floors: np.ndarray | None  # (G, R, B_c) of the clamping floor, when clamping may be
+
+
+class _Views(NamedTuple):
+    """The rows [r0, r1) of a group's buffers and running statistics, w keys wide."""
+
+    s: np.ndarray  # (G, r1 - r0, w)
+    q_i: np.ndarray  # (G, r1 - r0, d + 1)
+    m_i: np.ndarray  # (G, r1 - r0)
+    l_i: np.ndarray
+    acc: np.ndarray  # (G, r1 - r0, d_v)
+    pv: np.ndarray
+    rows: np.ndarray  # (G, r1 - r0, 1)
+    l_tile: np.ndarray  # (G, r1 - r0): rows[..., 0]
+    qk: TileCall  # q_i @ k_j -> s
+    pv_call: TileCall  # s @ v_j -> pv
+
+
+def _views(buf: _Tiles, q_aug: np.ndarray, m_all: np.ndarray, l_all: np.ndarray,
+           acc_all: np.ndarray, r0: int, r1: int, w: int) -> _Views:
+    n_b = q_aug.shape[0]
+    s, pv, rows = buf.s[:n_b, r0:r1, :w], buf.pv[:n_b, r0:r1], buf.rows[:n_b, r0:r1]
+    q_i = q_aug[:, r0:r1]
+    return _Views(s, q_i, m_all[:, r0:r1], l_all[:, r0:r1], acc_all[:, r0:r1], pv, rows,
+                  rows[..., 0], TileCall(s, q_aug.shape[-1]), TileCall(pv, w))
 
 
 def _forward_row_block(
@@ -132,10 +161,12 @@ def _forward_row_block(
     v_bound: float,
     lo: int | None = None,
     lengths: np.ndarray | None = None,
+    block_q: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One query block of a group of G heads against all the key blocks it may see.
+    """A group of query blocks (rows [i0, i0 + R), G heads) against all the key blocks they
+    may see.
 
-    q_aug: (G, B_r, d + 1): rows of Q times scale * log2(e) (times scale alone with
+    q_aug: (G, R, d + 1): rows of Q times scale * log2(e) (times scale alone with
     ``exp=np.exp``, the natural-units fallback); the last column is overwritten here with -m_i.
     k_tiles: (G, n_k / B_c, d + 1, B_c): contiguous tiles of K^T with a last row of ones, so
     that q_aug @ k_tiles[:, t] = S - m_i.  v: (G, n_k, d_v).  heads: the group's heads among
@@ -144,47 +175,64 @@ def _forward_row_block(
     are clamped to it).  v_bound: max |v|, to tell when the accumulator could overflow.
     lo: the sliding window's left edge (row i sees keys j >= i + lo); lengths: (G,) key
     padding of the group (sequence g sees keys j < lengths[g]), or None.
-    Returns the unnormalised accumulator acc (G, B_r, d_v), l_i and m_i (G, B_r), m_i in the
+    block_q: the query block B_r (default: all R rows are one block).  The R rows are up to
+    GROUP_TILES query blocks: each key block is multiplied with the query blocks that may see
+    it (:func:`rows_seeing`), each block's product a BLAS call of its own
+    (:func:`blas_matmul`), so that a tall group streams K and V past fewer times without
+    making the calls larger.
+    Returns the unnormalised accumulator acc (G, R, d_v), l_i and m_i (G, R), m_i in the
     units of ``exp`` (base 2 by default).
     """
     n_b, b_r, d = q_aug.shape[0], q_aug.shape[1], q_aug.shape[2] - 1
     i1 = i0 + b_r
+    block_q = b_r if block_q is None else block_q
     n_k, d_v = v.shape[-2:]
     b_c = k_tiles.shape[-1]
     dtype = q_aug.dtype
     floor = exp_floor(dtype, exp)
     acc_limit = float(np.finfo(dtype).max) / 4
-    m_i = np.full((n_b, b_r), -np.inf, dtype=dtype)  # running max, base-2 units
-    l_i = np.zeros((n_b, b_r), dtype=dtype)  # running sum of exp2(s - m_i)
-    acc = np.zeros((n_b, b_r, d_v), dtype=dtype)  # running sum of exp2(s - m_i) v_j
-    pv, rows = buf.pv[:n_b, :b_r], buf.rows[:n_b, :b_r]
-    l_tile = rows[..., 0]  # one tile's row sums
-    stale_ok = False  # True once every m_i is finite: then -m_i may ride in the matmul
+    m_all = np.full((n_b, b_r), -np.inf, dtype=dtype)  # running max, base-2 units
+    l_all = np.zeros((n_b, b_r), dtype=dtype)  # running sum of exp2(s - m_i)
+    acc_all = np.zeros((n_b, b_r, d_v), dtype=dtype)  # running sum of exp2(s - m_i) v_j
+    # per query block: True once every m_i of its rows is finite (then -m_i may ride in the
+    # matmul: the fast step)
+    stale_ok = [False] * -(-b_r // block_q)
+    ready = False  # every block's
 
     # only the key blocks that meet [start, stop): the masks hide every other key (empty tiles)
     start, stop = key_range(i0, i1, n_k, lo, offset,
                             None if lengths is None else int(lengths.max()))
     step = max(b_c, 1)
+    views: dict[tuple[int, int, int], _Views] = {}  # (r0, r1, w): that part of the group
     for j0 in range(start - start % step, stop, step):
         t, j1 = j0 // step, min(j0 + b_c, n_k)
-        s, k_j, v_j = buf.s[:n_b, :b_r, : j1 - j0], k_tiles[:, t, :, : j1 - j0], v[:, j0:j1]
-        ones_j = buf.ones[: j1 - j0]
+        r0, r1 = rows_seeing(i0, i1, j0, j1, block_q, lo, offset)
+        if r0 >= r1:
+            continue  # the band hides this key block from every query block of the group
+        w = j1 - j0
+        vw = views.get((r0, r1, w))
+        if vw is None:
+            vw = views[r0, r1, w] = _views(buf, q_aug, m_all, l_all, acc_all, r0, r1, w)
+        s, q_i, m_i, l_i, acc, pv, rows, l_tile, qk, pv_call = vw
+        k_j, v_j = k_tiles[:, t, :, :w], v[:, j0:j1]
         hidden = None
-        straddles = band_hides(i0, i1, j0, j1, lo, offset)  # a partial tile of the band
+        straddles = band_hides(i0 + r0, i0 + r1, j0, j1, lo, offset)  # a partial tile of the band
         if straddles or mask is not None or lengths is not None:
-            hidden = hidden_entries(i0, i1, j0, j1, straddles, offset, mask, heads, lo, lengths)
+            hidden = hidden_entries(i0 + r0, i0 + r1, j0, j1, straddles, offset, mask, heads,
+                                    lo, lengths)
             if hidden is not None and hidden.all():
                 continue  # an explicit mask or the padding hides the whole tile
-        if stale_ok:
+        blocks = range(r0 // block_q, -(-r1 // block_q))
+        if ready or all(stale_ok[b] for b in blocks):
             # Fast step: [Q_i, -m_i] @ [K_j^T; 1] = S_ij - m_i, one exp2, one row sum.
-            np.matmul(q_aug, k_j, out=s)
+            qk(q_i, k_j)
             if clamp and s.min() < floor:  # no subnormal exp2 results (slow path)
-                np.maximum(s, buf.floors[:n_b, :b_r, : s.shape[-1]], out=s)
+                np.maximum(s, buf.floors[:n_b, r0:r1, :w], out=s)
             exp(s, out=s)  # P~_ij against the stale m_i, in place (inf on overflow)
             if hidden is not None:
                 np.copyto(s, 0, where=hidden)
-            np.matmul(s, ones_j, out=rows)  # row sums, l_tile
-            np.matmul(s, v_j, out=pv)
+            np.matmul(s, buf.ones[:w], out=rows)  # row sums, l_tile
+            pv_call(s, v_j)
             if l_tile.max() <= STALE_LIMIT:  # False for inf and NaN too
                 l_i += l_tile
                 acc += pv
@@ -203,12 +251,12 @@ def _forward_row_block(
                 l_i[big] *= alpha
                 acc[big] *= alpha[:, None]
                 m_i[big] = m_new
-                q_aug[..., d][big] = -m_new
+                q_i[..., d][big] = -m_new
                 continue
             # An overflow: redo this tile with the exact step.
 
         # Exact step: S_ij, mask, new maximum, rescale the accumulator.
-        np.matmul(q_aug[..., :d], k_j[:, :d], out=s)
+        blas_matmul(q_i[..., :d], k_j[:, :d], s)
         if hidden is not None:
             np.copyto(s, -np.inf, where=hidden)
         m_new = np.maximum(m_i, row_max(s, buf.s_t))
@@ -218,22 +266,25 @@ def _forward_row_block(
         s -= m_ref[..., None]
         if hidden is not None or (clamp and s.min() < floor):
             # -inf and subnormal results take a slow path
-            np.maximum(s, floor if buf.floors is None else buf.floors[:n_b, :b_r, : s.shape[-1]],
-                       out=s)
+            np.maximum(s, floor if buf.floors is None else buf.floors[:n_b, r0:r1, :w], out=s)
         exp(s, out=s)  # P~_ij, in place
         if hidden is not None:
             np.copyto(s, 0, where=hidden)
         alpha = exp(m_i - m_ref)  # rescales what was accumulated against the old max
         l_i *= alpha
-        np.matmul(s, ones_j, out=rows)
+        np.matmul(s, buf.ones[:w], out=rows)
         l_i += l_tile
         acc *= alpha[..., None]
-        acc += np.matmul(s, v_j, out=pv)
-        m_i = m_new
-        q_aug[..., d] = -m_ref
-        stale_ok = not np.isneginf(m_new).any()
+        pv_call(s, v_j)
+        acc += pv
+        m_i[...] = m_new
+        q_i[..., d] = -m_ref
+        seen = ~np.isneginf(m_new)
+        for b in blocks:
+            stale_ok[b] = bool(seen[:, b * block_q - r0: (b + 1) * block_q - r0].all())
+        ready = all(stale_ok)
 
-    return acc, l_i, m_i
+    return acc_all, l_all, m_all
 
 
 def flash_attention(
@@ -328,38 +379,45 @@ def _forward(p: Problem, base2: bool, workers: int | None = None) -> tuple[np.nd
     bound = bound * (1 + 1e-3) + math.log2(n_k + 1) + 2 + HEADROOM * (1 if base2 else LN2)
     clamp = not bound < -slow_below(dtype, exp)
 
-    group = max(1, min(n_b, TILE_BYTES // max(1, b_r * b_c * dtype.itemsize)))
+    # A group: up to GROUP_TILES query blocks (rows_per_group) of `group` heads, their tiles
+    # within TILE_BYTES (at least one tile).
+    tile_bytes = max(1, b_r * b_c * dtype.itemsize)
+    tiles = max(1, min(-(-n_q // b_r) if n_q else 1, GROUP_TILES, TILE_BYTES // tile_bytes))
+    rows_per_group = max(1, tiles * b_r)
+    group = max(1, min(n_b, TILE_BYTES // (tiles * tile_bytes)))
     g_kv = p.kv_group  # grouped-query attention: a group of heads shares one K/V head
     if g_kv > 1:
         group = max(c for c in range(1, min(group, g_kv) + 1) if g_kv % c == 0)
     o = np.empty((n_b, n_q, d_v), dtype=p.dtype)
     lse = np.empty((n_b, n_q), dtype=dtype)
-    # Work items: (first head, last head, first query row); the blocks that see the most keys
+    # Work items: (first head, last head, first query row); the groups that see the most keys
     # first, so that the threads finish together.
-    items = [(h0, min(h0 + group, n_b), i0) for i0 in range(0, n_q, block_q)
+    items = [(h0, min(h0 + group, n_b), i0) for i0 in range(0, n_q, rows_per_group)
              for h0 in range(0, n_b, group)]
-    items.sort(key=lambda it: -key_stop(it[2], min(it[2] + block_q, n_q), n_k, p.offset))
+    items.sort(key=lambda it: -key_stop(it[2], min(it[2] + rows_per_group, n_q), n_k,
+                                        p.offset))
 
     def setup() -> _Tiles:
+        rows = rows_per_group
         return _Tiles(
-            q_aug=np.empty((group, b_r, d + 1), dtype=dtype),
-            s=np.empty((group, b_r, b_c), dtype=dtype),
-            s_t=np.empty((group, b_c, b_r), dtype=dtype) if b_c <= SHORT_ROWS else None,
-            pv=np.empty((group, b_r, d_v), dtype=dtype),
-            rows=np.empty((group, b_r, 1), dtype=dtype),
+            q_aug=np.empty((group, rows, d + 1), dtype=dtype),
+            s=np.empty((group, rows, b_c), dtype=dtype),
+            s_t=np.empty((group, b_c, rows), dtype=dtype) if b_c <= SHORT_ROWS else None,
+            pv=np.empty((group, rows, d_v), dtype=dtype),
+            rows=np.empty((group, rows, 1), dtype=dtype),
             ones=np.ones((b_c, 1), dtype=dtype),
-            floors=np.full((group, b_r, b_c), exp_floor(dtype, exp)) if clamp else None,
+            floors=np.full((group, rows, b_c), exp_floor(dtype, exp)) if clamp else None,
         )
 
     def work(buf: _Tiles, item: tuple[int, int, int]) -> None:
         h0, h1, i0 = item
-        i1 = min(i0 + block_q, n_q)
+        i1 = min(i0 + rows_per_group, n_q)
         q_i = buf.q_aug[: h1 - h0, : i1 - i0]
         np.multiply(p.q[h0:h1, i0:i1], q_scale, out=q_i[..., :d])
         kv = slice(h0, h1) if g_kv == 1 else slice(h0 // g_kv, h0 // g_kv + 1)  # broadcast
         acc, l_i, m_i = _forward_row_block(
             q_i, k_tiles[kv], v[kv], i0, slice(h0, h1), p.offset, p.mask, buf, exp,
-            clamp, v_max, p.lo, None if p.key_lengths is None else p.key_lengths[h0:h1])
+            clamp, v_max, p.lo, None if p.key_lengths is None else p.key_lengths[h0:h1], b_r)
         seen = l_i > 0  # False for rows that see no key: output 0, lse -inf
         np.divide(acc, l_i[..., None], out=acc, where=seen[..., None])
         if v_exp:
@@ -376,6 +434,7 @@ def _forward(p: Problem, base2: bool, workers: int | None = None) -> tuple[np.nd
             lse_i += m_i
 
     work_size = float(n_b) * n_q * n_k * (d + d_v)
-    threads = pool.workers_for(work_size, len(items), workers, tile=group * b_r * b_c)
+    threads = pool.workers_for(work_size, len(items), workers,
+                               tile=group * rows_per_group * b_c)
     pool.run_items(work, items, threads, setup)
     return o, lse

@@ -1,12 +1,16 @@
-"""What the forward and backward fast paths share: key tiles, the clamping floor, hidden entries.
+"""What the forward and backward fast paths share: BLAS calls, key tiles, the clamping floor.
 
+- :func:`blas_matmul`  a tile product cut into BLAS calls of the size the matrix library runs
+  fastest (:data:`CALL_MACS`, :data:`CALL_ROWS`);
 - :func:`transposed_tiles`  K^T (or V^T) laid out once as contiguous ``(d + 1, B_c)`` tiles with a
   row of ones, the layout the matmul reads fastest;
 - :func:`slow_below`, :func:`exp_floor`  where numpy's ``exp``/``exp2`` meet subnormal numbers
   (10 to 200 times slower), and the floor at which tiles are clamped to avoid them;
 - :func:`hidden_entries`  which entries of a tile the causal diagonal, the window, the key
   padding or an explicit mask hide;
-- :func:`max_row_norm`, :func:`row_max`  a bound on the scores, and fast row maxima.
+- :func:`max_row_norm`, :func:`row_max`  a bound on the scores, and fast row maxima;
+- :func:`rows_seeing`, :func:`keys_seen`  which query blocks of a group may see a key block,
+  and which key blocks of a group a query block may see.
 """
 
 from __future__ import annotations
@@ -17,19 +21,126 @@ import numpy as np
 
 from flashlib.core.constants import LN2
 
-__all__ = ["TILE_BYTES", "SHORT_ROWS", "transposed_tiles", "row_max", "slow_below", "exp_floor",
-           "hidden_entries", "max_row_norm"]
+__all__ = ["TILE_BYTES", "GROUP_TILES", "CALL_MACS", "CALL_ROWS", "SHORT_ROWS", "call_rows",
+           "split_rows", "blas_matmul", "TileCall",
+           "transposed_tiles", "row_max", "slow_below", "exp_floor", "hidden_entries",
+           "max_row_norm", "rows_seeing", "keys_seen"]
 
 
-#: The fast paths process the heads in groups whose (B_r, B_c) tiles together take at most
-#: this many bytes (at least one head), so that a group's tile stays in the L2 cache: 8 heads
-#: of the default float32 tile.  The grouping does not depend on the number of threads, so the
-#: threaded result equals the single-threaded one bit for bit.
-TILE_BYTES = 1 << 18
+#: The fast paths work on groups of tiles at once: the forward on up to :data:`GROUP_TILES`
+#: query blocks of a head against one key block (a taller block of query rows, each of whose
+#: tiles is a separate BLAS call), and on as many heads as fit; the backward likewise on up to
+#: GROUP_TILES key blocks of a head against one query block.  A group's (B_r, B_c) tiles
+#: together take at most TILE_BYTES bytes (at least one tile), so that they stay in the L2
+#: cache.  The grouping does not depend on the number of threads, so the threaded result
+#: equals the single-threaded one bit for bit.  The values, measured (flashlib.core.constants
+#: gives the table): 4 tiles of the block that stays put (the forward's query rows, the
+#: backward's keys) stream the other operands (K and V forward, Q and dO backward) from memory
+#: a quarter as often as one tile does, which made the backward 10 to 15% faster at n = 4096;
+#: 8 tiles (2 MiB of float32 128 x 128 tiles in flight) no longer fit the 2 MiB L2 cache.
+TILE_BYTES = 1 << 19
+GROUP_TILES = 4
+
+
+#: The largest BLAS call the fast paths make, in multiply-adds (M N K): OpenBLAS multiplies
+#: products up to 100**3 with its small-matrix kernels (kernel/x86_64/
+#: sgemm_small_kernel_permit_skylakex.c, SkylakeX and later kernels), which read the operands
+#: where they lie, without packing them first; one multiply-add more and the product takes the
+#: general path, which here ran a 64 x 65 @ 65 x 256 product at 130 GFLOP/s against 200 at
+#: 64 x 65 @ 65 x 128 (one thread, Intel Xeon with AVX-512).  :func:`blas_matmul` cuts every
+#: tile product into calls below this.
+CALL_MACS = 100**3
+#: ... and the most rows of the left operand one BLAS call gets: 64-row calls ran faster than
+#: 128-row ones below CALL_MACS too (a 64 x 128 score tile, 32 KiB, stays in the L1 cache).
+CALL_ROWS = 64
 
 
 #: Row maxima of tiles up to this wide are taken on a transposed copy (:func:`row_max`).
 SHORT_ROWS = 128
+
+
+def _blocks(n: int, size: int) -> list[tuple[int, int, int, int]]:
+    """[start, stop) of the whole blocks of ``size`` in range(n) and of the rest, each with its
+    block count and block size: at most two entries."""
+    whole = n - n % size
+    parts = [(0, whole, whole // size, size)] if whole else []
+    if whole < n:
+        parts.append((whole, n, 1, n - whole))
+    return parts
+
+
+def call_rows(n: int, k: int, m: int) -> tuple[int, int]:
+    """(rows, cols): the blocks of an (n, k) @ (k, m) product that :func:`blas_matmul` hands to
+    BLAS one call each: equal blocks of at most :data:`CALL_ROWS` rows, of all m columns when
+    that stays within :data:`CALL_MACS` multiply-adds, else of equal blocks of columns."""
+    rows = -(-n // -(-n // CALL_ROWS)) if n else 1
+    if rows * k * m <= CALL_MACS:
+        return rows, m
+    cols = max(1, CALL_MACS // (rows * k))
+    return rows, -(-m // -(-m // cols))
+
+
+def split_rows(x: np.ndarray, rows: int) -> np.ndarray:
+    """x (..., n, m) as (..., n / rows, rows, m): a view (rows must divide n)."""
+    return x.reshape(x.shape[:-2] + (x.shape[-2] // rows, rows, x.shape[-1]))
+
+
+def blas_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``np.matmul(a, b, out=out)`` cut into BLAS calls of at most :data:`CALL_ROWS` rows of
+    ``a`` and :data:`CALL_MACS` multiply-adds, the size OpenBLAS runs fastest.
+
+    a: (G, n, k), b: (G or 1, k, m) (broadcast over the group), out: (G, n, m); any strides
+    BLAS accepts (transposed views included).  The rows are cut into equal blocks (and a
+    remainder), the columns only when a block of rows times all of them would exceed
+    CALL_MACS (large d) (:func:`call_rows`): every block is a view, so numpy loops over them
+    in C, one call each.  The same entries are computed as by one call, each a dot product of
+    length k."""
+    n, k = a.shape[-2:]
+    m = out.shape[-1]
+    rows, cols = call_rows(n, k, m)
+    if cols == m:
+        if rows >= n:
+            return np.matmul(a, b, out=out)
+        for r0, r1, _count, size in _blocks(n, rows):
+            np.matmul(split_rows(a[..., r0:r1, :], size), b[..., None, :, :],
+                      out=split_rows(out[..., r0:r1, :], size))
+        return out
+    for r0, r1, count, size in _blocks(n, rows):
+        a_r = a[..., r0:r1, :].reshape(a.shape[:-2] + (count, 1, size, k))
+        for c0, c1, c_count, c_size in _blocks(m, cols):
+            b_c = b[..., :, c0:c1].reshape(b.shape[:-1] + (c_count, c_size))
+            o = out[..., r0:r1, c0:c1].reshape(out.shape[:-2] + (count, size, c_count, c_size))
+            np.matmul(a_r, np.moveaxis(b_c, -2, -3)[..., None, :, :, :],
+                      out=o.swapaxes(-2, -3))
+    return out
+
+
+class TileCall:
+    """``blas_matmul(a, b, out)`` into a fixed ``out`` for any ``a`` and ``b`` of the shapes it
+    was made for: the blocks of rows of ``out`` laid out once, so that a loop that fills the
+    same tile buffer many times pays one numpy call per product (the Python statements around
+    the BLAS calls are a fast path's main overhead).  k: the length of the dot products."""
+
+    __slots__ = ("out", "blocks", "rows", "split", "whole")
+
+    def __init__(self, out: np.ndarray, k: int) -> None:
+        n = out.shape[-2]
+        rows, cols = call_rows(n, k, out.shape[-1])
+        self.whole = cols == out.shape[-1] and n % rows == 0  # one numpy call does it
+        self.split = self.whole and rows < n
+        self.rows = rows
+        self.out = out
+        self.blocks = split_rows(out, rows) if self.split else out
+
+    def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """out = a @ b; returns out."""
+        if not self.whole:
+            return blas_matmul(a, b, self.out)
+        if self.split:
+            np.matmul(split_rows(a, self.rows), b[..., None, :, :], out=self.blocks)
+        else:
+            np.matmul(a, b, out=self.out)
+        return self.out
 
 
 def transposed_tiles(x: np.ndarray, b_c: int, dtype: np.dtype,
@@ -111,6 +222,30 @@ def hidden_entries(
                 block = block[heads]
             hidden = ~block if hidden is None else hidden | ~block
     return hidden
+
+
+def rows_seeing(i0: int, i1: int, j0: int, j1: int, block_q: int, lo: int | None,
+                hi: int | None) -> tuple[int, int]:
+    """[r0, r1): the rows of the group of query rows [i0, i1) (relative to i0, whole query
+    blocks of ``block_q``) that may see a key of [j0, j1) under the band (lo, hi) (row i sees
+    keys i + lo <= j <= i + hi; None: no bound); r0 >= r1 when none does.  The query blocks
+    of a group that the band hides from a key block entirely are skipped with it."""
+    first = 0 if hi is None else max(0, j0 - hi - i0)  # rows i >= j0 - hi reach key j0
+    stop = i1 - i0 if lo is None else min(i1 - i0, max(0, j1 - lo - i0))  # i + lo <= j1 - 1
+    return first - first % block_q, min(i1 - i0, -(-stop // block_q) * block_q)
+
+
+def keys_seen(i0: int, i1: int, j0: int, j1: int, block_k: int, lo: int | None,
+              hi: int | None, length: int | None = None) -> tuple[int, int]:
+    """[c0, c1): the key blocks of the group of keys [j0, j1) (relative, ``block_k`` keys each)
+    that some row of [i0, i1) may see under the band (lo, hi) and the key ``length`` (None:
+    no bound); c0 >= c1 when none.  The key blocks of a group that the band hides from a query
+    block entirely are skipped with it."""
+    first = 0 if lo is None else max(0, i0 + lo - j0)  # keys j >= i0 + lo
+    stop = j1 - j0 if hi is None else min(j1 - j0, max(0, i1 + hi - j0))  # j <= i1 - 1 + hi
+    if length is not None:
+        stop = min(stop, max(0, length - j0))
+    return first // block_k, -(-stop // block_k)
 
 
 def max_row_norm(x: np.ndarray) -> float:
