@@ -11,8 +11,9 @@ Every implementation runs on the same inputs, one thread (BLAS via threadpoolctl
 ``torch.set_num_threads``), round-robin (one call of each per repeat, so drift hits all alike);
 the table shows medians and ratios from one run, and each implementation's fraction of its own
 matrix library's single-thread sgemm peak (numpy's BLAS for flashlib and the numpy baselines,
-torch's for the PyTorch baselines), both peaks measured once per run, round-robin.  The default clock is the process CPU time,
-which on a shared machine leaves out the time other processes hold the core; ``--clock wall``
+torch's for the PyTorch baselines), both peaks measured once per run, round-robin.  The default
+clock is the process CPU time, which on a shared machine leaves out the time other processes
+hold the core; ``--clock wall``
 uses ``time.perf_counter``.  With ``--threads`` above 1 the wall clock is forced (the process
 CPU time adds up the time of every thread).  PyTorch's SDPA is pinned to its FlashAttention
 backend (``torch.nn.attention.sdpa_kernel``) when that backend runs here, else left to choose,

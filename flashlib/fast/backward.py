@@ -12,16 +12,23 @@ the paper writes it) and :func:`flashlib.algorithms.two_pass_backward` (the Trit
 schedule); :func:`flash_attention_backward` is the library version (batched, masked,
 validated), with the forward's lessons (:mod:`flashlib.fast.forward`):
 
-- ``scale * log2(e)`` folded into K^T, laid out once as contiguous ``(d + 1, B_c)`` tiles, and
-  ``-lse_i`` (base 2) riding in the matmul as an extra column of Q: ``[Q_i, -lse_i] @
-  [c K_j^T; 1] = S_ij - lse_i``, so ``P_ij`` is one ``exp2`` of the matmul's output;
+- ``c = scale * log2(e)`` folded into Q, as the forward folds it (so that a scale the forward
+  could use cannot overflow here either), K^T laid out as contiguous ``(d + 1, B_c)`` tiles,
+  and ``-lse_i`` (base 2) riding in the matmul as an extra column of Q: ``[c Q_i, -lse_i] @
+  [K_j^T; 1] = S_ij - lse_i``, so ``P_ij`` is one ``exp2`` of the matmul's output;
 - likewise ``[dO_i, -D_i] @ [V_j^T; 1] = dP_ij - D_i``, so ``dS_ij`` is one multiplication;
+- every BLAS call one the matrix library runs near its peak, as in the forward: each tile's
+  five products cut into calls of 64 rows (:func:`flashlib.fast.tiles.blas_matmul`), and
+  several tiles per numpy call: up to GROUP_TILES key blocks of a head stay put (K^T, V^T,
+  dK, dV) while the query blocks stream past them, which reads Q, dO and dQ a quarter as
+  often, each (key block, query block) tile its own BLAS calls, and dQ's share summed over the
+  group's key blocks;
 - preallocated tiles and ``out=`` everywhere; the scale of dQ and dK applied once at the end;
 - scores clamped where they could make ``exp2`` or the matmuls meet subnormal numbers (the
   forward's large-logit cliff), masked entries zeroed after the exponential;
 - causal tile skipping in both loops: each key block starts at the first query block that may
   see it (and the forward's loop stops at the last key block a query block may see);
-- threads: heads (or, for fewer heads than threads, key blocks, each part with its own dQ,
+- threads: heads (or, for fewer heads than threads, key groups, each part with its own dQ,
   summed in a fixed order) run on as many threads as the BLAS thread limit.
 """
 
@@ -87,9 +94,10 @@ def flash_attention_backward(
     arrays of q's dtype.  Threads: as many as the BLAS thread limit (see
     :func:`flashlib.flash_attention`); split over heads the result does not depend on their
     number, split over key blocks (fewer heads than threads) it does by rounding only.
-    Extra memory beyond inputs and outputs: O(n d) ([Q, -lse], [dO, -D] and tiles of K^T and
-    V^T in the compute dtype, one dQ per part for a split over key blocks) plus a few
-    B_r x B_c tiles per head and thread (S and P, dP and dS), never (n_q, n_k).
+    Extra memory beyond inputs and outputs: O(n d) ([Q, -lse], [dO, -D] in the compute
+    dtype, one dQ per part for a split over key blocks) plus a group's few B_r x B_c tiles per
+    thread (S and P, dP and dS for up to GROUP_TILES key blocks, within TILE_BYTES, or one
+    tile each if larger; the group's K^T and V^T), never (n_q, n_k).
     Grouped-query attention as in :func:`flashlib.flash_attention` (k, v with h_kv heads, h_q
     a multiple): dk, dv have k's shape, each summed over the query heads of its group (K and
     V are repeated per query head while the gradients are computed).

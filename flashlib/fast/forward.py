@@ -8,8 +8,9 @@ keeping only the running row maximum ``m_i``, the running sum ``l_i`` and the un
 ``acc`` (Dao 2023, Section 3.1).  The division by ``l_i`` happens once, at the end, and only the
 logsumexp ``lse = m + log(l)`` is kept for the backward pass.  No ``(n_q, n_k)`` array is ever
 built: beyond inputs and outputs the memory is one copy of K and O(n) state (O(n d) in all)
-plus a few ``(B_r, B_c)`` tiles per head and worker thread, whatever block sizes are asked for
-(a tile is ``min(block, n)`` on each side).
+plus a group's few ``(B_r, B_c)`` tiles per worker thread (at most :data:`TILE_BYTES` of
+them, or one tile if that is larger), whatever block sizes are asked for (a tile is
+``min(block, n)`` on each side).
 
 The tricks GPU kernels use, applied here (the optimisation-ladder chapter measures each one):
 
@@ -17,8 +18,14 @@ The tricks GPU kernels use, applied here (the optimisation-ladder chapter measur
   ``exp`` and no ``(B_r, B_c)`` tile is ever multiplied by the scale;
 - K^T is laid out once as contiguous ``(d + 1, B_c)`` tiles, the layout the matmul reads fastest
   (a slice of one long ``(d + 1, n_k)`` row has a large, often power-of-two, stride);
-- heads are processed in groups by the same batched matmul, with preallocated tiles and
-  ``out=``;
+- every BLAS call is one the matrix library runs near its peak: OpenBLAS multiplies products
+  of up to 100**3 multiply-adds with small-matrix kernels that skip packing the operands, so
+  each tile's products are cut into calls of 64 query rows (:func:`flashlib.fast.tiles.
+  blas_matmul`); and several tiles go through each numpy call, so that the Python statements
+  between the calls cost little: up to GROUP_TILES query blocks of a head (a taller block of
+  rows, which also streams K and V past a quarter as often) and as many heads as fit
+  :data:`TILE_BYTES`, each (head, query block) tile its own BLAS call, with preallocated tiles
+  and ``out=``;
 - conditional rescaling: the running maximum ``m_i`` is only updated when a tile's row sum of
   ``exp2(s - m_i)`` gets large, not whenever it grows.  Until then ``m_i`` is a constant, so
   ``s - m_i`` comes straight out of the ``Q K^T`` matmul: Q gets a column ``-m_i`` and K^T a row
@@ -36,8 +43,8 @@ The tricks GPU kernels use, applied here (the optimisation-ladder chapter measur
   exponential instead of being set to ``-inf`` before it;
 - key blocks that the causal mask hides entirely are skipped, and a mask is applied only to
   tiles that straddle the diagonal or hold masked entries;
-- query blocks are independent (FlashAttention-2's parallelism over the sequence): they run on
-  a pool of threads, as many as the BLAS thread limit (flashlib.core.threads).
+- query blocks are independent (FlashAttention-2's parallelism over the sequence): the groups
+  run on a pool of threads, as many as the BLAS thread limit (flashlib.core.threads).
 """
 
 from __future__ import annotations
@@ -57,7 +64,6 @@ from flashlib.fast.tiles import (
     SHORT_ROWS,
     TILE_BYTES,
     TileCall,
-    blas_matmul,
     exp_floor,
     hidden_entries,
     max_row_norm,
@@ -94,8 +100,9 @@ def workspace_bytes(n_q: int, n_k: int, d: int, dtype: object, *, d_v: int | Non
     ``dtype``, in the running-statistics dtype :func:`compute_dtype`: the tiles of K^T with a
     row of ones, (d + 1) x B_c each, ceil(n_k / B_c) of them (B_c = min(block_k, n_k)), and
     ``lse``, one value per query row; for float16 inputs also the float32 copy of V.  Not
-    counted: the output, and the tiles, whose size depends only on the block sizes: a few
-    (B_r, B_c) tiles per head and worker thread, B_r = min(block_q, n_q).
+    counted: the output, and the tiles, whose size depends only on the block sizes: a group's
+    few (B_r, B_c) tiles per worker thread (:data:`TILE_BYTES` of them, or one tile),
+    B_r = min(block_q, n_q).
     """
     dt = check_float_dtype(dtype, "dtype")
     n_q, n_k, d, batch = (check_int(value, name, minimum=0) for name, value in
@@ -116,10 +123,12 @@ class _Tiles(NamedTuple):
 
     q_aug: np.ndarray  # (G, R, d + 1): [Q_i * scale * log2(e), -m_i]
     s: np.ndarray  # (G, R, B_c): the score tiles, then P~ in place
-    s_t: np.ndarray | None  # (G, B_c, R): the tiles transposed, for row maxima (B_c <= 128)
+    s_t: np.ndarray | None  # (G, B_c, R): S^T of a first tile, and the tiles transposed for
+    #                         row maxima (None when one tile exceeds TILE_BYTES)
     pv: np.ndarray  # (G, R, d_v): one key block's P~ V
     rows: np.ndarray  # (G, R, 1): one key block's row sums
     ones: np.ndarray  # (B_c, 1)
+    ones_t: np.ndarray  # (1, B_c)
     floors: np.ndarray | None  # (G, R, B_c) of the clamping floor, when clamping may be
 
 
@@ -127,6 +136,7 @@ class _Views(NamedTuple):
     """The rows [r0, r1) of a group's buffers and running statistics, w keys wide."""
 
     s: np.ndarray  # (G, r1 - r0, w)
+    s_t: np.ndarray | None  # (G, w, r1 - r0)
     q_i: np.ndarray  # (G, r1 - r0, d + 1)
     m_i: np.ndarray  # (G, r1 - r0)
     l_i: np.ndarray
@@ -135,6 +145,7 @@ class _Views(NamedTuple):
     rows: np.ndarray  # (G, r1 - r0, 1)
     l_tile: np.ndarray  # (G, r1 - r0): rows[..., 0]
     qk: TileCall  # q_i @ k_j -> s
+    qk_exact: TileCall  # q_i[..., :d] @ k_j[:, :d] -> s
     pv_call: TileCall  # s @ v_j -> pv
 
 
@@ -143,8 +154,10 @@ def _views(buf: _Tiles, q_aug: np.ndarray, m_all: np.ndarray, l_all: np.ndarray,
     n_b = q_aug.shape[0]
     s, pv, rows = buf.s[:n_b, r0:r1, :w], buf.pv[:n_b, r0:r1], buf.rows[:n_b, r0:r1]
     q_i = q_aug[:, r0:r1]
-    return _Views(s, q_i, m_all[:, r0:r1], l_all[:, r0:r1], acc_all[:, r0:r1], pv, rows,
-                  rows[..., 0], TileCall(s, q_aug.shape[-1]), TileCall(pv, w))
+    d = q_aug.shape[-1] - 1
+    s_t = None if buf.s_t is None else buf.s_t[:n_b, :w, r0:r1]
+    return _Views(s, s_t, q_i, m_all[:, r0:r1], l_all[:, r0:r1], acc_all[:, r0:r1], pv, rows,
+                  rows[..., 0], TileCall(s, d + 1), TileCall(s, d), TileCall(pv, w))
 
 
 def _forward_row_block(
@@ -198,6 +211,7 @@ def _forward_row_block(
     # matmul: the fast step)
     stale_ok = [False] * -(-b_r // block_q)
     ready = False  # every block's
+    fresh = [True] * len(stale_ok)  # per query block: no key block met yet
 
     # only the key blocks that meet [start, stop): the masks hide every other key (empty tiles)
     start, stop = key_range(i0, i1, n_k, lo, offset,
@@ -213,7 +227,7 @@ def _forward_row_block(
         vw = views.get((r0, r1, w))
         if vw is None:
             vw = views[r0, r1, w] = _views(buf, q_aug, m_all, l_all, acc_all, r0, r1, w)
-        s, q_i, m_i, l_i, acc, pv, rows, l_tile, qk, pv_call = vw
+        s, s_t, q_i, m_i, l_i, acc, pv, rows, l_tile, qk, qk_exact, pv_call = vw
         k_j, v_j = k_tiles[:, t, :, :w], v[:, j0:j1]
         hidden = None
         straddles = band_hides(i0 + r0, i0 + r1, j0, j1, lo, offset)  # a partial tile of the band
@@ -223,6 +237,27 @@ def _forward_row_block(
             if hidden is not None and hidden.all():
                 continue  # an explicit mask or the padding hides the whole tile
         blocks = range(r0 // block_q, -(-r1 // block_q))
+        if (hidden is None and s_t is not None and not ready
+                and all(fresh[b] for b in blocks)):
+            # First step: the first key block of these query blocks, every entry visible.  The
+            # running maximum starts as the tile's row maximum, taken on S^T (keys along the
+            # rows), where numpy's max is an elementwise max of contiguous rows: several times
+            # faster than reducing the tile's short rows.  P^T goes into P V as a transposed
+            # operand, and the row sums are 1^T P^T.
+            np.matmul(k_j[:, :d].swapaxes(-1, -2), q_i[..., :d].swapaxes(-1, -2), out=s_t)
+            m_new = s_t.max(axis=-2)
+            s_t -= m_new[:, None, :]
+            if clamp and s_t.min() < floor:
+                np.maximum(s_t, floor, out=s_t)
+            exp(s_t, out=s_t)  # P~^T
+            np.matmul(buf.ones_t[:, :w], s_t, out=l_i[:, None, :])
+            acc += pv_call(s_t.swapaxes(-1, -2), v_j)
+            m_i[...] = m_new
+            q_i[..., d] = -m_new
+            for b in blocks:
+                fresh[b], stale_ok[b] = False, True
+            ready = all(stale_ok)
+            continue
         if ready or all(stale_ok[b] for b in blocks):
             # Fast step: [Q_i, -m_i] @ [K_j^T; 1] = S_ij - m_i, one exp2, one row sum.
             qk(q_i, k_j)
@@ -256,10 +291,10 @@ def _forward_row_block(
             # An overflow: redo this tile with the exact step.
 
         # Exact step: S_ij, mask, new maximum, rescale the accumulator.
-        blas_matmul(q_i[..., :d], k_j[:, :d], s)
+        qk_exact(q_i[..., :d], k_j[:, :d])
         if hidden is not None:
             np.copyto(s, -np.inf, where=hidden)
-        m_new = np.maximum(m_i, row_max(s, buf.s_t))
+        m_new = np.maximum(m_i, row_max(s, buf.s_t if b_c <= SHORT_ROWS else None))
         # Rows that have seen no visible key yet keep m = -inf; exponentiate them against 0
         # so that exp2(-inf - (-inf)) never produces a NaN.
         m_ref = np.where(np.isneginf(m_new), 0, m_new)
@@ -281,6 +316,7 @@ def _forward_row_block(
         q_i[..., d] = -m_ref
         seen = ~np.isneginf(m_new)
         for b in blocks:
+            fresh[b] = False
             stale_ok[b] = bool(seen[:, b * block_q - r0: (b + 1) * block_q - r0].all())
         ready = all(stale_ok)
 
@@ -323,8 +359,8 @@ def flash_attention(
     the problem and each thread's tiles are large enough for threads to pay (see
     flashlib.core.threads; ``threadpoolctl.threadpool_limits(1)`` makes this single-threaded, and
     without threadpoolctl it is); the result does not depend on the thread count.
-    Extra memory beyond inputs and output: O(n d) (:func:`workspace_bytes`) plus a few
-    B_r x B_c tiles per head (of a group of heads, :data:`TILE_BYTES`) and thread.
+    Extra memory beyond inputs and output: O(n d) (:func:`workspace_bytes`) plus a group's
+    few B_r x B_c tiles (:data:`TILE_BYTES`, or one tile if larger) per thread.
     Scores whose base-2 form ``scale * log2(e) * q k^T`` overflows (or values that overflow
     the unnormalised accumulator) are recomputed in natural units with V scaled by a power of
     two, giving what :func:`flashlib.naive_attention` gives; scores that overflow the compute
@@ -402,10 +438,12 @@ def _forward(p: Problem, base2: bool, workers: int | None = None) -> tuple[np.nd
         return _Tiles(
             q_aug=np.empty((group, rows, d + 1), dtype=dtype),
             s=np.empty((group, rows, b_c), dtype=dtype),
-            s_t=np.empty((group, b_c, rows), dtype=dtype) if b_c <= SHORT_ROWS else None,
+            s_t=(np.empty((group, b_c, rows), dtype=dtype)
+                 if group * rows * b_c * dtype.itemsize <= TILE_BYTES else None),
             pv=np.empty((group, rows, d_v), dtype=dtype),
             rows=np.empty((group, rows, 1), dtype=dtype),
             ones=np.ones((b_c, 1), dtype=dtype),
+            ones_t=np.ones((1, b_c), dtype=dtype),
             floors=np.full((group, rows, b_c), exp_floor(dtype, exp)) if clamp else None,
         )
 

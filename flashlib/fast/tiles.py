@@ -55,8 +55,10 @@ CALL_MACS = 100**3
 CALL_ROWS = 64
 
 
-#: Row maxima of tiles up to this wide are taken on a transposed copy (:func:`row_max`).
-SHORT_ROWS = 128
+#: Row maxima of tiles up to this wide are taken on a transposed copy (:func:`row_max`):
+#: measured (numpy 2.4, AVX-512), the maxima of a (8, 128, 64) tile took 90 us that way against
+#: 236 us along its rows, but of a (2, 512, 128) tile 332 us against 200 us.
+SHORT_ROWS = 64
 
 
 def _blocks(n: int, size: int) -> list[tuple[int, int, int, int]]:
@@ -71,11 +73,15 @@ def _blocks(n: int, size: int) -> list[tuple[int, int, int, int]]:
 
 def call_rows(n: int, k: int, m: int) -> tuple[int, int]:
     """(rows, cols): the blocks of an (n, k) @ (k, m) product that :func:`blas_matmul` hands to
-    BLAS one call each: equal blocks of at most :data:`CALL_ROWS` rows, of all m columns when
-    that stays within :data:`CALL_MACS` multiply-adds, else of equal blocks of columns."""
+    BLAS one call each: blocks of :data:`CALL_ROWS` rows (equal blocks of at most that many
+    when n is smaller than two of them), of all m columns when that stays within
+    :data:`CALL_MACS` multiply-adds, else of equal blocks of columns that do (large d: rows
+    halved first while a block of 32 columns would not fit)."""
     rows = -(-n // -(-n // CALL_ROWS)) if n else 1
+    while rows > 8 and rows * k * min(m, 32) > CALL_MACS:
+        rows = -(-rows // 2)
     if rows * k * m <= CALL_MACS:
-        return rows, m
+        return rows, max(m, 1)
     cols = max(1, CALL_MACS // (rows * k))
     return rows, -(-m // -(-m // cols))
 
@@ -98,7 +104,7 @@ def blas_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
     n, k = a.shape[-2:]
     m = out.shape[-1]
     rows, cols = call_rows(n, k, m)
-    if cols == m:
+    if cols >= m:
         if rows >= n:
             return np.matmul(a, b, out=out)
         for r0, r1, _count, size in _blocks(n, rows):
@@ -117,29 +123,41 @@ def blas_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 class TileCall:
     """``blas_matmul(a, b, out)`` into a fixed ``out`` for any ``a`` and ``b`` of the shapes it
-    was made for: the blocks of rows of ``out`` laid out once, so that a loop that fills the
-    same tile buffer many times pays one numpy call per product (the Python statements around
-    the BLAS calls are a fast path's main overhead).  k: the length of the dot products."""
+    was made for: the blocks of ``out`` laid out once, so that a loop that fills the same tile
+    buffer many times pays one numpy call per product (the Python statements around the BLAS
+    calls are a fast path's main overhead).  k: the length of the dot products."""
 
-    __slots__ = ("out", "blocks", "rows", "split", "whole")
+    __slots__ = ("out", "blocks", "rows", "cols", "mode")
 
     def __init__(self, out: np.ndarray, k: int) -> None:
-        n = out.shape[-2]
-        rows, cols = call_rows(n, k, out.shape[-1])
-        self.whole = cols == out.shape[-1] and n % rows == 0  # one numpy call does it
-        self.split = self.whole and rows < n
-        self.rows = rows
-        self.out = out
-        self.blocks = split_rows(out, rows) if self.split else out
+        n, m = out.shape[-2:]
+        rows, cols = call_rows(n, k, m)
+        self.rows, self.cols, self.out = rows, cols, out
+        if n % rows or m % cols:  # a remainder: blas_matmul's several numpy calls
+            self.mode, self.blocks = "any", out
+        elif cols < m:  # (..., n / rows, m / cols, rows, cols)
+            self.mode = "rows and columns"
+            self.blocks = out.reshape(out.shape[:-2] + (n // rows, rows, m // cols, cols)
+                                      ).swapaxes(-2, -3)
+        elif rows < n:  # (..., n / rows, rows, m)
+            self.mode, self.blocks = "rows", split_rows(out, rows)
+        else:
+            self.mode, self.blocks = "one", out
 
     def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """out = a @ b; returns out."""
-        if not self.whole:
-            return blas_matmul(a, b, self.out)
-        if self.split:
+        mode = self.mode
+        if mode == "rows":
             np.matmul(split_rows(a, self.rows), b[..., None, :, :], out=self.blocks)
-        else:
+        elif mode == "one":
             np.matmul(a, b, out=self.out)
+        elif mode == "rows and columns":
+            k, m = b.shape[-2:]
+            b_c = b.reshape(b.shape[:-1] + (m // self.cols, self.cols))
+            np.matmul(split_rows(a, self.rows)[..., None, :, :],
+                      np.moveaxis(b_c, -2, -3)[..., None, :, :, :], out=self.blocks)
+        else:
+            blas_matmul(a, b, self.out)
         return self.out
 
 
@@ -165,8 +183,8 @@ def transposed_tiles(x: np.ndarray, b_c: int, dtype: np.dtype,
 
 def row_max(s: np.ndarray, s_t: np.ndarray | None) -> np.ndarray:
     """s.max(axis=-1) of a (G, B_r, B_c) tile; for short rows (B_c <= SHORT_ROWS) on the
-    transposed copy ``s_t``, about twice as fast: numpy reduces a short last axis row by row,
-    but the rows of the transposed copy element by element."""
+    transposed copy ``s_t``, faster: numpy reduces a short last axis row by row, but the rows
+    of the transposed copy element by element."""
     if s_t is None:
         return s.max(axis=-1)
     t = s_t[: s.shape[0], : s.shape[2], : s.shape[1]]
