@@ -33,7 +33,7 @@ LN2 = 0.6931471805599453  # ln(2): log(x) = log2(x) * LN2
 # little work on the causal diagonal.  Taller query blocks re-read K and V fewer times, which
 # is why 256 x 256 catches up at n = 16384.
 BLOCK_Q = 128
-BLOCK_K = 64
+BLOCK_K = 128
 
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:

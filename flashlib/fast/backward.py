@@ -264,16 +264,16 @@ def _backward(
     dq = np.zeros((n_b, n_q, d), dtype=dtype)
     dk = np.empty((n_b, n_k, d), dtype=dtype)
     dv = np.empty((n_b, n_k, d_v), dtype=dtype)
-    # Key groups: up to GROUP_TILES whole key blocks (their two tiles per query block, P and
-    # dS, within TILE_BYTES), the last block alone when it is not whole: (first block, blocks).
+    # Key groups: up to GROUP_TILES whole key blocks (each tile buffer, P and dS, within
+    # TILE_BYTES), the last block alone when it is not whole: (first block, blocks).
     whole = n_k // b_c if b_c else 0
     tile_bytes = max(1, b_r * b_c * dtype.itemsize)
-    per_group = max(1, min(whole or 1, GROUP_TILES, TILE_BYTES // (2 * tile_bytes)))
+    per_group = max(1, min(whole or 1, GROUP_TILES, TILE_BYTES // tile_bytes))
     key_groups = [(t, min(per_group, whole - t)) for t in range(0, whole, per_group)]
     if b_c and n_k > whole * b_c:
         key_groups.append((whole, 1))
     work_size = float(n_b) * n_q * n_k * (d + d_v)
-    group = max(1, min(n_b, TILE_BYTES // (2 * per_group * tile_bytes)))
+    group = max(1, min(n_b, TILE_BYTES // (per_group * tile_bytes)))
     tile = per_group * b_r * b_c
     workers = pool.workers_for(work_size, n_b * max(len(key_groups), 1), workers,
                                tile=group * tile)

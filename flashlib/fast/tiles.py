@@ -31,15 +31,16 @@ __all__ = ["TILE_BYTES", "GROUP_TILES", "CALL_MACS", "CALL_ROWS", "SHORT_ROWS", 
 #: query blocks of a head against one key block (a taller block of query rows, each of whose
 #: tiles is a separate BLAS call), and on as many heads as fit; the backward likewise on up to
 #: GROUP_TILES key blocks of a head against one query block.  A group's (B_r, B_c) tiles
-#: together take at most TILE_BYTES bytes (at least one tile), so that they stay in the L2
-#: cache.  The grouping does not depend on the number of threads, so the threaded result
-#: equals the single-threaded one bit for bit.  The values, measured (flashlib.core.constants
-#: gives the table): 4 tiles of the block that stays put (the forward's query rows, the
-#: backward's keys) stream the other operands (K and V forward, Q and dO backward) from memory
-#: a quarter as often as one tile does, which made the backward 10 to 15% faster at n = 4096;
-#: 8 tiles (2 MiB of float32 128 x 128 tiles in flight) no longer fit the 2 MiB L2 cache.
+#: together take at most TILE_BYTES bytes per tile buffer (at least one tile: the forward's S,
+#: the backward's S and dP), so that they stay in the L2 cache.  The grouping does not depend
+#: on the number of threads, so the threaded result equals the single-threaded one bit for
+#: bit.  The values, measured (flashlib.core.constants gives the table): the block that stays
+#: put (the forward's query rows, the backward's keys) 8 tiles tall streams the other operands
+#: (K and V forward, Q, dO and dQ backward) past an eighth as often as one tile does, which
+#: made the backward 10 to 15% faster at n = 4096; 4 or 16 tiles, or 2 heads of 8, were
+#: slower.
 TILE_BYTES = 1 << 19
-GROUP_TILES = 4
+GROUP_TILES = 8
 
 
 #: The largest BLAS call the fast paths make, in multiply-adds (M N K): OpenBLAS multiplies

@@ -99,7 +99,7 @@ def test_threaded_backward_equals_single_threaded(case, dtype, rng, monkeypatch)
 
 def test_threads_split_the_work(threaded, rng):
     """The items really run on several threads (each calls setup once).  A forward item is a
-    group of up to GROUP_TILES query blocks: 512 rows in 32-row blocks are 4 items."""
+    group of up to GROUP_TILES query blocks: 1024 rows in 32-row blocks are 4 items."""
     calls = []
     real = _threads.run_items
 
@@ -109,7 +109,7 @@ def test_threads_split_the_work(threaded, rng):
             return setup()
         return real(work, items, workers, counted)
 
-    q, k, v = (rng.standard_normal((4, 512, 16)) for _ in range(3))
+    q, k, v = (rng.standard_normal((4, 1024, 16)) for _ in range(3))
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(_threads, "run_items", spying)
         flash_attention(q, k, v, block_q=32, block_k=32)
@@ -160,10 +160,10 @@ def test_small_tiles_of_one_head_are_not_threaded(monkeypatch):
 
     monkeypatch.setattr(_threads, "worker_count", lambda: 2)
     monkeypatch.setattr(_threads, "run_items", spying)
-    q = np.random.default_rng(0).standard_normal((1, 1024, 64))
+    q = np.random.default_rng(0).standard_normal((1, 2048, 64))
     o, lse = flash_attention(q, q, q, return_lse=True, block_q=32, block_k=32)
     flash_attention_backward(q, q, q, o, lse, o, block_q=32, block_k=32)
-    flash_attention(q, q, q)
+    flash_attention(q, q, q)  # 2 groups of GROUP_TILES default query blocks
     q8 = np.random.default_rng(0).standard_normal((8, 1024, 64))
     flash_attention(q8, q8, q8, block_q=32, block_k=32)
     assert calls == [1, 1, 2, 2]
