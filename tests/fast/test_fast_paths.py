@@ -290,3 +290,26 @@ def test_the_stale_limit_path_moves_the_maximum_without_redoing_tiles(rng, monke
     assert len(exact_steps) == 0  # the first tile takes the first step, no tile is redone
     ref, _ = reference_attention(q, k, v)
     assert max_err(o, ref) <= 1e-13 * float(np.abs(s2).max())
+
+
+def test_bounded_scores_skip_the_running_maximum(rng, monkeypatch):
+    """Scores within +-63 (base 2, by the Cauchy-Schwarz bound) take the unshifted path, no
+    running maximum: the ordinary case.  30x logits do not; neither do values so large that
+    n_k 2**63 max|v| would come near overflow.  Both paths agree to rounding."""
+    import flashlib.fast.forward as forward
+
+    decisions = []
+    real = forward.unshifted_ok
+    monkeypatch.setattr(forward, "unshifted_ok",
+                        lambda *a: decisions.append(real(*a)) or decisions[-1])
+    q, k, v = (rng.standard_normal((2, 300, 64)).astype(np.float32) for _ in range(3))
+    o = flash_attention(q, k, v, causal=True)
+    flash_attention(q * 30, k, v)
+    assert decisions == [True, False]
+    monkeypatch.setattr(forward, "unshifted_ok", lambda *a: False)
+    shifted = flash_attention(q, k, v, causal=True)
+    assert max_err(o, shifted) <= 1e-6
+    assert real(63.0, 4096, 1.0, np.dtype(np.float32))
+    assert not real(63.5, 4096, 1.0, np.dtype(np.float32))
+    assert not real(10.0, 4096, 1e36, np.dtype(np.float32))  # acc could overflow
+    assert real(500.0, 4096, 1.0, np.dtype(np.float64))

@@ -23,6 +23,9 @@ from tests.helpers import (
     visible_mask,
 )
 
+# every test here on both forward paths (tests/fast/conftest.py)
+pytestmark = pytest.mark.usefixtures("forward_path")
+
 FUNCS = ("naive", "flash_v1", "flash")
 F64_TOL = 1e-12
 

@@ -21,6 +21,9 @@ from flashlib.core.masks import (
     sliding_window,
 )
 
+# every test here on both forward paths (tests/fast/conftest.py)
+pytestmark = pytest.mark.usefixtures("forward_path")
+
 SHAPES = [(1, 1), (1, 9), (9, 1), (17, 17), (13, 29), (29, 13), (64, 64)]
 
 
