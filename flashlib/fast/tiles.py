@@ -75,11 +75,12 @@ def _blocks(n: int, size: int) -> list[tuple[int, int, int, int]]:
 def call_rows(n: int, k: int, m: int) -> tuple[int, int]:
     """(rows, cols): the blocks of an (n, k) @ (k, m) product that :func:`blas_matmul` hands to
     BLAS one call each: blocks of :data:`CALL_ROWS` rows (equal blocks of at most that many
-    when n is smaller than two of them), of all m columns when that stays within
-    :data:`CALL_MACS` multiply-adds, else of equal blocks of columns that do (large d: rows
-    halved first while a block of 32 columns would not fit)."""
+    when n is smaller than two of them), halved while they exceed :data:`CALL_MACS`
+    multiply-adds, down to 32 rows (large d: 32 x 128 @ 128 x 128 products ran faster than
+    64-row ones split into column halves); then of all m columns if that fits, else of equal
+    blocks of columns that do."""
     rows = -(-n // -(-n // CALL_ROWS)) if n else 1
-    while rows > 8 and rows * k * min(m, 32) > CALL_MACS:
+    while rows > 32 and rows * k * m > CALL_MACS:
         rows = -(-rows // 2)
     if rows * k * m <= CALL_MACS:
         return rows, max(m, 1)
