@@ -187,13 +187,25 @@ def _backward_key_group(
         if c0 >= c1:
             continue
         ja, jb = j0 + c0 * w, j0 + c1 * w
-        hidden = hidden_entries(i0, i1, ja, jb, band_hides(i0, i1, ja, jb, lo, offset),
-                                offset, mask, heads, lo, lengths)
-        if hidden is not None:
-            if hidden.all():
-                continue
-            # (..., r, (c1 - c0) w) -> (..., c1 - c0, r, w): the tiles' layout
-            hidden = np.swapaxes(hidden.reshape(hidden.shape[:-1] + (c1 - c0, w)), -2, -3)
+        # hidden entries, as (first key block, last key block + 1, mask broadcastable to
+        # (G, blocks, r, w)): under the band alone only the key blocks that straddle its edges
+        hidden = []
+        if mask is None and lengths is None:
+            if band_hides(i0, i1, ja, jb, lo, offset):
+                for c in range(c0, c1):
+                    jc = j0 + c * w
+                    if band_hides(i0, i1, jc, jc + w, lo, offset):
+                        h = hidden_entries(i0, i1, jc, jc + w, True, offset, None, heads, lo)
+                        hidden.append((c, c + 1, h[..., None, :, :]))
+        else:
+            h = hidden_entries(i0, i1, ja, jb, band_hides(i0, i1, ja, jb, lo, offset),
+                               offset, mask, heads, lo, lengths)
+            if h is not None:
+                if h.all():
+                    continue
+                # (..., r, (c1 - c0) w) -> (..., c1 - c0, r, w): the tiles' layout
+                hidden.append((c0, c1, np.swapaxes(h.reshape(h.shape[:-1] + (c1 - c0, w)),
+                                                   -2, -3)))
         call = calls.get((c0, c1, i1 - i0))
         if call is None:
             call = calls[c0, c1, i1 - i0] = _calls(buf, n_b, c0, c1, i1 - i0, w, d, d_v)
@@ -205,8 +217,8 @@ def _backward_key_group(
         p_ij = exp(s, out=s)  # P_ij, recomputed
         if clamped:  # flush: the clamped entries become exactly 0, the others stay normal
             p_ij -= exp(floor)
-        if hidden is not None:
-            np.copyto(p_ij, 0, where=hidden)
+        for ca, cb, h in hidden:
+            np.copyto(p_ij[:, ca - c0: cb - c0], 0, where=h)
         dv_j[:, c0:c1] += call.dv(p_ij.swapaxes(-1, -2), do[:, None, i0:i1])
         call.dscore(do_aug[:, None, i0:i1], vt[:, c0:c1])  # dP_ij - D_i
         ds = np.multiply(p_ij, dp, out=dp)  # dS_ij = P_ij * (dP_ij - D_i)

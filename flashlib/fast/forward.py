@@ -65,7 +65,7 @@ from flashlib.fast.tiles import (
     TILE_BYTES,
     TileCall,
     exp_floor,
-    hidden_entries,
+    hidden_parts,
     max_row_norm,
     row_max,
     rows_seeing,
@@ -230,15 +230,13 @@ def _forward_row_block(
             vw = views[r0, r1, w] = _views(buf, q_aug, m_all, l_all, acc_all, r0, r1, w)
         s, s_t, q_i, m_i, l_i, acc, pv, rows, l_tile, qk, qk_exact, pv_call = vw
         k_j, v_j = k_tiles[:, t, :, :w], v[:, j0:j1]
-        hidden = None
         straddles = band_hides(i0 + r0, i0 + r1, j0, j1, lo, offset)  # a partial tile of the band
-        if straddles or mask is not None or lengths is not None:
-            hidden = hidden_entries(i0 + r0, i0 + r1, j0, j1, straddles, offset, mask, heads,
-                                    lo, lengths)
-            if hidden is not None and hidden.all():
-                continue  # an explicit mask or the padding hides the whole tile
+        hidden = hidden_parts(i0 + r0, i0 + r1, j0, j1, straddles, block_q, offset, mask,
+                              heads, lo, lengths)
+        if hidden is None:
+            continue  # an explicit mask or the padding hides the whole tile
         blocks = range(r0 // block_q, -(-r1 // block_q))
-        if (hidden is None and s_t is not None and not ready
+        if (not hidden and s_t is not None and not ready
                 and all(fresh[b] for b in blocks)):
             # First step: the first key block of these query blocks, every entry visible.  The
             # running maximum starts as the tile's row maximum, taken on S^T (keys along the
@@ -265,8 +263,8 @@ def _forward_row_block(
             if clamp and s.min() < floor:  # no subnormal exp2 results (slow path)
                 np.maximum(s, buf.floors[:n_b, r0:r1, :w], out=s)
             exp(s, out=s)  # P~_ij against the stale m_i, in place (inf on overflow)
-            if hidden is not None:
-                np.copyto(s, 0, where=hidden)
+            for a, b, h in hidden:
+                np.copyto(s[:, a:b], 0, where=h)
             np.matmul(s, buf.ones[:w], out=rows)  # row sums, l_tile
             pv_call(s, v_j)
             if l_tile.max() <= STALE_LIMIT:  # False for inf and NaN too
@@ -293,19 +291,19 @@ def _forward_row_block(
 
         # Exact step: S_ij, mask, new maximum, rescale the accumulator.
         qk_exact(q_i[..., :d], k_j[:, :d])
-        if hidden is not None:
-            np.copyto(s, -np.inf, where=hidden)
+        for a, b, h in hidden:
+            np.copyto(s[:, a:b], -np.inf, where=h)
         m_new = np.maximum(m_i, row_max(s, buf.s_t if b_c <= SHORT_ROWS else None))
         # Rows that have seen no visible key yet keep m = -inf; exponentiate them against 0
         # so that exp2(-inf - (-inf)) never produces a NaN.
         m_ref = np.where(np.isneginf(m_new), 0, m_new)
         s -= m_ref[..., None]
-        if hidden is not None or (clamp and s.min() < floor):
+        if hidden or (clamp and s.min() < floor):
             # -inf and subnormal results take a slow path
             np.maximum(s, floor if buf.floors is None else buf.floors[:n_b, r0:r1, :w], out=s)
         exp(s, out=s)  # P~_ij, in place
-        if hidden is not None:
-            np.copyto(s, 0, where=hidden)
+        for a, b, h in hidden:
+            np.copyto(s[:, a:b], 0, where=h)
         alpha = exp(m_i - m_ref)  # rescales what was accumulated against the old max
         l_i *= alpha
         np.matmul(s, buf.ones[:w], out=rows)
@@ -382,17 +380,15 @@ def _forward_unshifted(
                                      pv_v, rows_v, rows_v[..., 0], TileCall(s_v, d),
                                      TileCall(pv_v, w))
         s, q_r, l_i, acc, pv, rows, l_tile, qk, pv_call = vw
-        hidden = None
         straddles = band_hides(i0 + r0, i0 + r1, j0, j1, lo, offset)
-        if straddles or mask is not None or lengths is not None:
-            hidden = hidden_entries(i0 + r0, i0 + r1, j0, j1, straddles, offset, mask, heads,
-                                    lo, lengths)
-            if hidden is not None and hidden.all():
-                continue
+        hidden = hidden_parts(i0 + r0, i0 + r1, j0, j1, straddles, block_q, offset, mask,
+                              heads, lo, lengths)
+        if hidden is None:
+            continue
         qk(q_r, k_tiles[:, t, :d, :w])  # S_ij, base 2
         np.exp2(s, out=s)  # P~_ij = exp2(S_ij - 0)
-        if hidden is not None:
-            np.copyto(s, 0, where=hidden)
+        for a, b, h in hidden:
+            np.copyto(s[:, a:b], 0, where=h)
         np.matmul(s, buf.ones[:w], out=rows)
         l_i += l_tile
         acc += pv_call(s, v[:, j0:j1])

@@ -6,8 +6,8 @@
   row of ones, the layout the matmul reads fastest;
 - :func:`slow_below`, :func:`exp_floor`  where numpy's ``exp``/``exp2`` meet subnormal numbers
   (10 to 200 times slower), and the floor at which tiles are clamped to avoid them;
-- :func:`hidden_entries`  which entries of a tile the causal diagonal, the window, the key
-  padding or an explicit mask hide;
+- :func:`hidden_entries`, :func:`hidden_parts`  which entries of a tile the causal diagonal,
+  the window, the key padding or an explicit mask hide;
 - :func:`max_row_norm`, :func:`row_max`  a bound on the scores, and fast row maxima;
 - :func:`rows_seeing`, :func:`keys_seen`  which query blocks of a group may see a key block,
   and which key blocks of a group a query block may see.
@@ -20,11 +20,12 @@ import math
 import numpy as np
 
 from flashlib.core.constants import LN2
+from flashlib.core.masks import band_hides
 
 __all__ = ["TILE_BYTES", "GROUP_TILES", "CALL_MACS", "CALL_ROWS", "SHORT_ROWS", "call_rows",
            "split_rows", "blas_matmul", "TileCall",
            "transposed_tiles", "row_max", "slow_below", "exp_floor", "hidden_entries",
-           "max_row_norm", "rows_seeing", "keys_seen"]
+           "max_row_norm", "rows_seeing", "keys_seen", "hidden_parts"]
 
 
 #: The fast paths work on groups of tiles at once: the forward on up to :data:`GROUP_TILES`
@@ -266,6 +267,35 @@ def keys_seen(i0: int, i1: int, j0: int, j1: int, block_k: int, lo: int | None,
     if length is not None:
         stop = min(stop, max(0, length - j0))
     return first // block_k, -(-stop // block_k)
+
+
+def hidden_parts(
+    i0: int, i1: int, j0: int, j1: int, straddles: bool, block_q: int, offset: int | None,
+    mask: np.ndarray | None, heads: slice, lo: int | None = None,
+    lengths: np.ndarray | None = None,
+) -> list[tuple[int, int, np.ndarray]] | None:
+    """The entries of the rows [i0, i1) x keys [j0, j1) that may not be seen, as parts
+    (a, b, hidden): the rows [a, b) (relative to i0) and a boolean array broadcastable to
+    (G, b - a, j1 - j0) (:func:`hidden_entries`); [] when none is hidden, None when every entry
+    is (the tile is skipped).  ``straddles``: whether the band hides some entry
+    (:func:`flashlib.core.masks.band_hides` of the whole range).  Under the band alone (no
+    explicit mask, no key padding) only the query blocks of ``block_q`` rows that straddle its
+    edges get a part: on the causal diagonal one or two blocks of a tall group, not all of its
+    rows."""
+    if mask is None and lengths is None:
+        if not straddles:
+            return []
+        parts = []
+        for a in range(0, i1 - i0, block_q):
+            b = min(a + block_q, i1 - i0)
+            if band_hides(i0 + a, i0 + b, j0, j1, lo, offset):
+                parts.append((a, b, hidden_entries(i0 + a, i0 + b, j0, j1, True, offset, None,
+                                                   heads, lo, None)))
+        return parts
+    hidden = hidden_entries(i0, i1, j0, j1, straddles, offset, mask, heads, lo, lengths)
+    if hidden is None:
+        return []
+    return None if hidden.all() else [(0, i1 - i0, hidden)]
 
 
 def max_row_norm(x: np.ndarray) -> float:
