@@ -540,10 +540,14 @@ def _forward(p: Problem, base2: bool, workers: int | None = None) -> tuple[np.nd
                 q_i, k_tiles[kv], v[kv], i0, slice(h0, h1), p.offset, p.mask, buf, exp,
                 clamp, v_max, p.lo, lengths, b_r)
         seen = l_i > 0  # False for rows that see no key: output 0, lse -inf
-        np.divide(acc, l_i[..., None], out=acc, where=seen[..., None])
-        if v_exp:
-            acc = np.ldexp(acc, v_exp)  # undo the scaling of V (exact)
-        o[h0:h1, i0:i1] = acc
+        inv = np.reciprocal(l_i, out=np.zeros_like(l_i), where=seen)  # 1 / l_i, per row
+        if v_exp or o.dtype != acc.dtype:
+            acc *= inv[..., None]
+            if v_exp:
+                acc = np.ldexp(acc, v_exp)  # undo the scaling of V (exact)
+            o[h0:h1, i0:i1] = acc
+        else:  # straight into the output
+            np.multiply(acc, inv[..., None], out=o[h0:h1, i0:i1])
         lse_i = lse[h0:h1, i0:i1]
         lse_i.fill(-np.inf)
         if base2:
