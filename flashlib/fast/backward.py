@@ -130,24 +130,33 @@ class _BackwardTiles(NamedTuple):
 
 
 class _Calls(NamedTuple):
-    """The BLAS calls into one query block's rows r of key blocks [c0, c1) (TileCall: split
-    into calls of the size BLAS runs fastest, laid out once)."""
+    """Key blocks [c0, c1) of a group against a query block of r rows: the tiles, the group's
+    operands and accumulators of those key blocks, and the BLAS calls into the tiles
+    (TileCall: split into calls of the size BLAS runs fastest, laid out once)."""
 
     s: np.ndarray  # (G, c1 - c0, r, w)
     dp: np.ndarray
+    kt: np.ndarray  # (G, c1 - c0, d + 1, w)
+    vt: np.ndarray  # (G, c1 - c0, d_v + 1, w)
+    k_j: np.ndarray  # (G, c1 - c0, w, d)
+    dk_j: np.ndarray  # (G, c1 - c0, w, d)
+    dv_j: np.ndarray  # (G, c1 - c0, w, d_v)
     score: TileCall  # [Q_i, -lse_i] @ [K_j^T; 1] -> s
     dscore: TileCall  # [dO_i, -D_i] @ [V_j^T; 1] -> dp
     dv: TileCall  # P_ij^T dO_i -> kv
     dk: TileCall  # dS_ij^T Q_i -> kv
-    dq: TileCall  # dS_ij K_j -> part
+    dq: TileCall  # dS_ij K_j -> kv, per key block
 
 
-def _calls(buf: _BackwardTiles, n_b: int, c0: int, c1: int, r: int, w: int, d: int,
-           d_v: int) -> _Calls:
+def _calls(buf: _BackwardTiles, kt: np.ndarray, vt: np.ndarray, k_j: np.ndarray,
+           dk_j: np.ndarray, dv_j: np.ndarray, c0: int, c1: int, r: int) -> _Calls:
+    n_b, w, d, d_v = kt.shape[0], kt.shape[-1], kt.shape[-2] - 1, vt.shape[-2] - 1
     s, dp = buf.s[:n_b, c0:c1, :r, :w], buf.dp[:n_b, c0:c1, :r, :w]
     kv = buf.kv[:n_b, c0:c1, :w]
-    return _Calls(s, dp, TileCall(s, d + 1), TileCall(dp, d_v + 1), TileCall(kv[..., :d_v], r),
-                  TileCall(kv[..., :d], r), TileCall(buf.kv[:n_b, c0:c1, :r, :d], w))
+    return _Calls(s, dp, kt[:, c0:c1], vt[:, c0:c1], k_j[:, c0:c1], dk_j[:, c0:c1],
+                  dv_j[:, c0:c1], TileCall(s, d + 1), TileCall(dp, d_v + 1),
+                  TileCall(kv[..., :d_v], r), TileCall(kv[..., :d], r),
+                  TileCall(buf.kv[:n_b, c0:c1, :r, :d], w))
 
 
 def _backward_key_group(
@@ -175,8 +184,7 @@ def _backward_key_group(
     of the group, or None.  Each query block meets only the key blocks of the group it may see
     (:func:`keys_seen`), each key block's products BLAS calls of their own.
     """
-    n_b, n_q = q_aug.shape[0], q_aug.shape[1]
-    c_all, d, w, d_v = kt.shape[1], kt.shape[2] - 1, kt.shape[3], vt.shape[2] - 1
+    n_q, c_all, w = q_aug.shape[1], kt.shape[1], kt.shape[3]
     j1 = j0 + c_all * w
     last_row = n_q if lo is None else max(0, min(n_q, j1 - lo))  # rows i <= j1 - 1 - lo
     length = None if lengths is None else int(lengths.max())
@@ -208,25 +216,28 @@ def _backward_key_group(
                                                    -2, -3)))
         call = calls.get((c0, c1, i1 - i0))
         if call is None:
-            call = calls[c0, c1, i1 - i0] = _calls(buf, n_b, c0, c1, i1 - i0, w, d, d_v)
+            call = calls[c0, c1, i1 - i0] = _calls(buf, kt, vt, k_j, dk_j, dv_j, c0, c1,
+                                                   i1 - i0)
         s, dp = call.s, call.dp
-        call.score(q_aug[:, None, i0:i1], kt[:, c0:c1])  # S_ij - lse_i, base 2
+        call.score(q_aug[:, None, i0:i1], call.kt)  # S_ij - lse_i, base 2
         clamped = floor is not None and s.min() < floor
         if clamped:  # no subnormal numbers, no -inf (against an array: twice as fast)
-            np.maximum(s, buf.floors[:n_b, c0:c1, : i1 - i0, :w], out=s)
+            np.maximum(s, buf.floors[: s.shape[0], c0:c1, : i1 - i0, :w], out=s)
         p_ij = exp(s, out=s)  # P_ij, recomputed
         if clamped:  # flush: the clamped entries become exactly 0, the others stay normal
             p_ij -= exp(floor)
         for ca, cb, h in hidden:
             np.copyto(p_ij[:, ca - c0: cb - c0], 0, where=h)
-        dv_j[:, c0:c1] += call.dv(p_ij.swapaxes(-1, -2), do[:, None, i0:i1])
-        call.dscore(do_aug[:, None, i0:i1], vt[:, c0:c1])  # dP_ij - D_i
+        dv_c, dk_c = call.dv_j, call.dk_j
+        dv_c += call.dv(p_ij.swapaxes(-1, -2), do[:, None, i0:i1])
+        call.dscore(do_aug[:, None, i0:i1], call.vt)  # dP_ij - D_i
         ds = np.multiply(p_ij, dp, out=dp)  # dS_ij = P_ij * (dP_ij - D_i)
-        dk_j[:, c0:c1] += call.dk(ds.swapaxes(-1, -2), q[:, None, i0:i1])
-        part = call.dq(ds, k_j[:, c0:c1])  # (G, c1 - c0, r, d): each key block's dS K
-        dq_i = dq[:, i0:i1]
-        for c in range(c1 - c0):
-            dq_i += part[:, c]
+        dk_c += call.dk(ds.swapaxes(-1, -2), q[:, None, i0:i1])
+        part = call.dq(ds, call.k_j)  # (G, c1 - c0, r, d): each key block's dS K
+        if c1 - c0 == 1:
+            dq[:, i0:i1] += part[:, 0]
+        else:  # summed over the key blocks in one pass, then added once
+            dq[:, i0:i1] += part.sum(axis=1)
 
 
 def _backward(
