@@ -70,6 +70,7 @@ from flashlib.fast.tiles import (
     row_max,
     rows_seeing,
     slow_below,
+    split_rows,
     transposed_tiles,
 )
 
@@ -369,9 +370,17 @@ def _forward_unshifted(
     views: dict[tuple[int, int, int], tuple] = {}  # (r0, r1, w): that part of the group
     # The bulk of the steps (every row of the group, a whole key block, nothing hidden) in as
     # few Python statements as possible: the operands' BLAS blocks laid out once.
-    qk_all, pv_all = TileCall(buf.s[:n_b, :b_r, :b_c], d), TileCall(buf.pv[:n_b, :b_r], b_c)
     plain = mask is None and lengths is None
-    s_all, rows_all = buf.s[:n_b, :b_r, :b_c], buf.rows[:n_b, :b_r]
+    s_all, rows_all, pv_all = buf.s[:n_b, :b_r, :b_c], buf.rows[:n_b, :b_r], buf.pv[:n_b, :b_r]
+    qk_all, pv_call_all = TileCall(s_all, d), TileCall(pv_all, b_c)
+    whole_keys = n_k // b_c * b_c if b_c else 0
+    split = (qk_all.mode == pv_call_all.mode == "rows" and qk_all.rows == pv_call_all.rows
+             and v.strides[-2:] == (d_v * v.itemsize, v.itemsize))  # V's key blocks: views
+    if split:  # every operand as its blocks of rows, once: a step is five numpy calls
+        rows = qk_all.rows
+        q_b, s_b = split_rows(q_i, rows), split_rows(s_all, rows)
+        k_b = k_tiles[:, :, None, :d]  # (G, n_k / B_c, 1, d, B_c)
+        v_b = v[:, :whole_keys].reshape(v.shape[0], -1, 1, b_c, d_v)
     for j0 in range(start - start % step, stop, step):
         t, j1 = j0 // step, min(j0 + b_c, n_k)
         r0, r1 = rows_seeing(i0, i1, j0, j1, block_q, lo, offset)
@@ -379,11 +388,19 @@ def _forward_unshifted(
             continue
         straddles = band_hides(i0 + r0, i0 + r1, j0, j1, lo, offset)
         if plain and not straddles and r1 - r0 == b_r and j1 - j0 == b_c:
-            qk_all(q_i, k_tiles[:, t, :d])  # S_ij, base 2
-            np.exp2(s_all, out=s_all)  # P~_ij = exp2(S_ij - 0)
-            np.matmul(s_all, buf.ones, out=rows_all)
-            l_all += rows_all[..., 0]
-            acc_all += pv_all(s_all, v[:, j0:j1])
+            if split:
+                np.matmul(q_b, k_b[:, t], out=qk_all.blocks)  # S_ij, base 2
+                np.exp2(s_all, out=s_all)  # P~_ij = exp2(S_ij - 0)
+                np.matmul(s_all, buf.ones, out=rows_all)
+                l_all += rows_all[..., 0]
+                np.matmul(s_b, v_b[:, t], out=pv_call_all.blocks)
+            else:
+                qk_all(q_i, k_tiles[:, t, :d])
+                np.exp2(s_all, out=s_all)
+                np.matmul(s_all, buf.ones, out=rows_all)
+                l_all += rows_all[..., 0]
+                pv_call_all(s_all, v[:, j0:j1])
+            acc_all += pv_all
             continue
         w = j1 - j0
         vw = views.get((r0, r1, w))
