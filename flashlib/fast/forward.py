@@ -151,6 +151,28 @@ class _Views(NamedTuple):
     pv_call: TileCall  # s @ v_j -> pv
 
 
+class _Whole:
+    """A group's whole-tile operands as blocks of rows for BLAS (:func:`split_rows`), laid out
+    once: a plain step is then five numpy calls.  ``split`` False when the calls cannot be
+    laid out that way (large d, a partial block, V with unusual strides): then the general
+    step runs."""
+
+    def __init__(self, buf: _Tiles, q_aug: np.ndarray, k_tiles: np.ndarray,
+                 v: np.ndarray) -> None:
+        n_b, b_r, b_c, d_v = q_aug.shape[0], q_aug.shape[1], k_tiles.shape[-1], v.shape[-1]
+        self.s, self.pv = buf.s[:n_b, :b_r, :b_c], buf.pv[:n_b, :b_r]
+        self.rows = buf.rows[:n_b, :b_r]
+        qk, pv = TileCall(self.s, q_aug.shape[-1]), TileCall(self.pv, b_c)
+        self.split = (qk.mode == pv.mode == "rows" and qk.rows == pv.rows
+                      and v.strides[-2:] == (d_v * v.itemsize, v.itemsize))
+        if self.split:
+            whole_keys = v.shape[-2] // b_c * b_c
+            self.q_b, self.s_b, self.pv_b = split_rows(q_aug, qk.rows), qk.blocks, pv.blocks
+            self.p_b = split_rows(self.s, qk.rows)
+            self.k_b = k_tiles[:, :, None]  # (G, n_k / B_c, 1, d + 1, B_c)
+            self.v_b = v[:, :whole_keys].reshape(v.shape[0], -1, 1, b_c, d_v)
+
+
 def _views(buf: _Tiles, q_aug: np.ndarray, m_all: np.ndarray, l_all: np.ndarray,
            acc_all: np.ndarray, r0: int, r1: int, w: int) -> _Views:
     n_b = q_aug.shape[0]
@@ -220,12 +242,31 @@ def _forward_row_block(
                             None if lengths is None else int(lengths.max()))
     step = max(b_c, 1)
     views: dict[tuple[int, int, int], _Views] = {}  # (r0, r1, w): that part of the group
+    plain = mask is None and lengths is None
+    whole = _Whole(buf, q_aug, k_tiles, v)  # the plain steps' operands as BLAS blocks
     for j0 in range(start - start % step, stop, step):
         t, j1 = j0 // step, min(j0 + b_c, n_k)
         r0, r1 = rows_seeing(i0, i1, j0, j1, block_q, lo, offset)
         if r0 >= r1:
             continue  # the band hides this key block from every query block of the group
         w = j1 - j0
+        computed = False
+        if (ready and plain and whole.split and r1 - r0 == b_r and w == b_c
+                and not band_hides(i0, i1, j0, j1, lo, offset)):
+            # The plain fast step (every row, a whole key block, nothing hidden), as below.
+            s = whole.s
+            np.matmul(whole.q_b, whole.k_b[:, t], out=whole.s_b)  # S_ij - m_i
+            if clamp:
+                np.maximum(s, buf.floors[:n_b, :b_r, :b_c], out=s)
+            exp(s, out=s)
+            np.matmul(s, buf.ones, out=whole.rows)
+            np.matmul(whole.p_b, whole.v_b[:, t], out=whole.pv_b)
+            l_tile = whole.rows[..., 0]
+            if l_tile.max() <= STALE_LIMIT:
+                l_all += l_tile
+                acc_all += whole.pv
+                continue
+            computed = True  # the general step below moves m_i (or redoes the tile exactly)
         vw = views.get((r0, r1, w))
         if vw is None:
             vw = views[r0, r1, w] = _views(buf, q_aug, m_all, l_all, acc_all, r0, r1, w)
@@ -260,14 +301,15 @@ def _forward_row_block(
             continue
         if ready or all(stale_ok[b] for b in blocks):
             # Fast step: [Q_i, -m_i] @ [K_j^T; 1] = S_ij - m_i, one exp2, one row sum.
-            qk(q_i, k_j)
-            if clamp:  # no subnormal exp2 results (slow path): one pass, not a min and then one
-                np.maximum(s, buf.floors[:n_b, r0:r1, :w], out=s)
-            exp(s, out=s)  # P~_ij against the stale m_i, in place (inf on overflow)
-            for a, b, h in hidden:
-                np.copyto(s[:, a:b], 0, where=h)
-            np.matmul(s, buf.ones[:w], out=rows)  # row sums, l_tile
-            pv_call(s, v_j)
+            if not computed:
+                qk(q_i, k_j)
+                if clamp:  # no subnormal exp2 results (slow path): one pass
+                    np.maximum(s, buf.floors[:n_b, r0:r1, :w], out=s)
+                exp(s, out=s)  # P~_ij against the stale m_i, in place (inf on overflow)
+                for a, b, h in hidden:
+                    np.copyto(s[:, a:b], 0, where=h)
+                np.matmul(s, buf.ones[:w], out=rows)  # row sums, l_tile
+                pv_call(s, v_j)
             if l_tile.max() <= STALE_LIMIT:  # False for inf and NaN too
                 l_i += l_tile
                 acc += pv
