@@ -35,11 +35,12 @@ __all__ = ["TILE_BYTES", "GROUP_TILES", "CALL_MACS", "CALL_ROWS", "SHORT_ROWS", 
 #: together take at most TILE_BYTES bytes per tile buffer (at least one tile: the forward's S,
 #: the backward's S and dP), so that they stay in the L2 cache.  The grouping does not depend
 #: on the number of threads, so the threaded result equals the single-threaded one bit for
-#: bit.  The values, measured (flashlib.core.constants gives the table): the block that stays
-#: put (the forward's query rows, the backward's keys) 8 tiles tall streams the other operands
-#: (K and V forward, Q, dO and dQ backward) past an eighth as often as one tile does, which
-#: made the backward 10 to 15% faster at n = 4096; 4 or 16 tiles, or 2 heads of 8, were
-#: slower.
+#: bit.  Measured (n = 4096, 8 heads, d = 64, 128 x 128 tiles, one thread, interleaved
+#: medians): the block that stays put (the forward's query rows, the backward's keys) 8 tiles
+#: tall ran the forward 2 to 7% faster than 4 tiles (fewer, larger steps: the Python
+#: statements between the numpy calls cost less, and K and V stream past half as often) and
+#: the backward 4% faster; 16 tiles, or 2 heads of 8 tiles, were no faster or slower (the
+#: group's tiles and operands outgrow the 2 MiB L2 cache).
 TILE_BYTES = 1 << 19
 GROUP_TILES = 8
 
@@ -48,12 +49,14 @@ GROUP_TILES = 8
 #: products up to 100**3 with its small-matrix kernels (kernel/x86_64/
 #: sgemm_small_kernel_permit_skylakex.c, SkylakeX and later kernels), which read the operands
 #: where they lie, without packing them first; one multiply-add more and the product takes the
-#: general path, which here ran a 64 x 65 @ 65 x 256 product at 130 GFLOP/s against 200 at
-#: 64 x 65 @ 65 x 128 (one thread, Intel Xeon with AVX-512).  :func:`blas_matmul` cuts every
-#: tile product into calls below this.
+#: general path: measured here (one thread, Intel Xeon with AVX-512), batches of 64 x 65 @
+#: 65 x 256 products (1.06 million multiply-adds) ran at about 130 GFLOP/s, of 64 x 65 @
+#: 65 x 128 at 170 to 215, and of 128 x 65 @ 65 x 128 at 110 against 64 x 65 @ 65 x 128's
+#: 190.  :func:`blas_matmul` cuts every tile product into calls below this.
 CALL_MACS = 100**3
-#: ... and the most rows of the left operand one BLAS call gets: 64-row calls ran faster than
-#: 128-row ones below CALL_MACS too (a 64 x 128 score tile, 32 KiB, stays in the L1 cache).
+#: ... and the most rows of the left operand one BLAS call gets: with 128 x 128 tiles and
+#: d = 64, 64 rows keep every product of the forward and backward (64 x 64 x 128,
+#: 64 x 128 x 64) below CALL_MACS; 96- and 32-row calls ran 0 to 5% slower.
 CALL_ROWS = 64
 
 
