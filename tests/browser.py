@@ -98,10 +98,6 @@ def page_weight(page) -> int:
                    .reduce((sum, e) => sum + (e.decodedBodySize || 0), 0)"""))
 
 
-def axe_version() -> str:
-    return json.loads((AXE.parent / "package.json").read_text(encoding="utf-8"))["version"]
-
-
 ARTIFACTS = ROOT / "test-artifacts"
 
 

@@ -4,6 +4,7 @@ only), every subpackage in a layer, and ruff clean."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -130,3 +131,34 @@ def test_readme_layout_lists_every_module():
     for row in listed:
         if "<" not in row and not row.startswith(("_config", "lab/")):
             assert (ROOT / row.rstrip("/")).exists(), f"README.md lists {row}, which is gone"
+
+
+def _imports_and_path_edits(folder: Path) -> tuple[list[str], list[str]]:
+    """``(modules imported, sys.path edits)`` of every Python file below ``folder``, each as
+    ``file: what``."""
+    imports, edits = [], []
+    for path in sorted(folder.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                imports += [f"{rel}: {alias.name}" for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                imports.append(f"{rel}: {node.module}")
+            elif isinstance(node, ast.Attribute) and ast.unparse(node) == "sys.path":
+                edits.append(f"{rel}: line {node.lineno}")
+    return imports, edits
+
+
+def test_flashlib_never_imports_the_tools_or_the_tests():
+    imports, _ = _imports_and_path_edits(ROOT / "flashlib")
+    wrong = [i for i in imports if re.search(r": (tools|tests)(\.|$)", i)]
+    assert not wrong, wrong
+
+
+def test_no_sys_path_edits():
+    """tools/ and tests/ find each other as packages from the repository root (python -m,
+    pytest's pythonpath), never by editing sys.path."""
+    for folder in ("tools", "tests", "flashlib"):
+        _, edits = _imports_and_path_edits(ROOT / folder)
+        assert not edits, f"sys.path used in {edits}"

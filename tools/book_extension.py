@@ -9,11 +9,12 @@ on ``sys.path`` because Jupyter Book adds the ``local_extensions`` folders to it
       https://colab.research.google.com/github/<org>/<repo>/blob/<branch>/notebooks/<name>.ipynb
 
   ``<org>/<repo>`` and ``<branch>`` come from ``repository:`` in _config.yml (the only place
-  the URL is configured), read by ``notebooks.repository()``. A chapter without its notebook
+  the URL is configured), read by ``tools.project.repository()``, the URL built by
+  ``tools.colab.colab_url``. A chapter without its notebook
   is a build warning (so ``-W`` fails).
 - **Exercise numbers per chapter**: "Exercise 2.3" is the third exercise of the second chapter
-  (:func:`number_exercises`), the numbers ``tools/notebooks.py`` prints in the notebooks
-  (both use ``notebooks.chapter_number``).
+  (:func:`number_exercises`), the numbers tools/convert.py prints in the notebooks
+  (both use ``tools.toc.chapter_number``).
 - **Accessible HTML** (:func:`accessible_body`): the bibliography's entries are list items of
   its list (docutils writes ``role="doc-biblioentry"``, which axe-core reports as
   aria-required-children, critical), and myst-nb's "Show code cell source" summaries are named
@@ -24,27 +25,42 @@ on ``sys.path`` because Jupyter Book adds the ``local_extensions`` folders to it
   for the kernels that run the chapters, so that :mod:`flashlib.book.widgets` renders its
   no-kernel HTML and the exercise checkers show a neutral line instead of a verdict
   (:func:`flashlib.book.site.static_site`).
+- **Code that never wraps** (:func:`mark_wide_code`): shown code and printed outputs keep their
+  lines (book/_static/flashlib.css: ``white-space: pre``; a block too wide for a phone scrolls
+  inside itself). The text column at 1280 px holds :data:`CODE_COLUMNS` columns (fewer in an
+  exercise, a note or a dropdown); a block with a longer line is marked ``flashlib-wide``
+  (and the theme's ``full-width``, so that its "On this page" sidebar folds while the block
+  is in view) and widens into that sidebar's space on screens of 1200 px and more, where up
+  to :data:`MAX_CODE_COLUMNS` fit. A longer line is a build warning, naming the page and the
+  line.
+- **Figures as files** (:func:`images_to_files`): every PNG that a page carries as a data URL
+  (the book's figures, and every frame of its interactive figures) is written once to
+  ``_images/flashlib/<hash>.png`` and referenced from there, so that a page loads the frames
+  its reader looks at, not all of them (their weight counts against the 3.5 MB per page).
 - **No repeated scripts** (:func:`dedupe_scripts`) and **encrypted kernel connections**
   (:func:`encrypt_kernel_transport`): two build-log and console-error fixes.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import re
 from pathlib import Path
-from urllib.parse import urlparse
 
 from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
 from sphinx.util import logging
+from sphinx.util.osutil import relative_uri
 
-from tools.notebooks import chapter_number, is_notebook, repository
+from tools.colab import colab_url
+from tools.project import repository
+from tools.toc import chapter_number, is_notebook
 
 logger = logging.getLogger(__name__)
 
-COLAB = "https://colab.research.google.com/github"
 #: Environment variable read by flashlib.book.site.static_site() in the executing kernels.
 STATIC_ENV = "FLASHLIB_STATIC_WIDGETS"
 
@@ -59,6 +75,23 @@ BODY_FIXES: list[tuple[re.Pattern[str], str, str]] = [
 ]
 
 
+#: Columns of shown code that the text column holds at 1280 px (14 px monospace, 0.6 em a
+#: character, in 688 px less the block's padding): 76, the book's limit for teaching code.
+CODE_COLUMNS = 76
+#: Columns that a flashlib-wide block holds on a screen of 1200 px and more; longer lines are
+#: a build warning (they would scroll sideways inside their block even there).
+MAX_CODE_COLUMNS = 100
+#: Columns a block loses to each box around it: an admonition (an exercise, a solution, a
+#: note: the theme's margins and padding, 68 px) and a dropdown's body (32 px).
+ADMONITION_COLUMNS, DROPDOWN_COLUMNS = 8, 4
+#: Classes of a widened block: the book's, and the theme's, whose script folds the "On this
+#: page" sidebar while a full-width element is in view.
+WIDE_CLASSES = ("flashlib-wide", "full-width")
+#: Where the figures' PNGs go, relative to the site's root.
+IMAGES = "_images/flashlib"
+DATA_PNG = re.compile(r"data:image/png;base64,([A-Za-z0-9+/]+={0,2})")
+
+
 #: The theme's buttons that do nothing without JavaScript (sidebar toggles, the download menu,
 #: full screen): hidden when it is off, as the theme already hides its own ``.pst-js-only``.
 NOSCRIPT_STYLE = (
@@ -66,15 +99,6 @@ NOSCRIPT_STYLE = (
     ".article-header-buttons .dropdown-toggle, .dropdown-download-buttons "
     "{ display: none !important; }</style></noscript>"
 )
-
-
-def colab_url(repository_url: str, branch: str, name: str, folder: str = "notebooks") -> str:
-    """Colab URL of <folder>/<name>.ipynb (default notebooks/) in a github.com repository."""
-    parsed = urlparse(repository_url)
-    if parsed.netloc != "github.com":
-        raise ValueError(f"repository url must be a github.com URL, got {repository_url!r}")
-    repo = parsed.path.strip("/").removesuffix(".git")
-    return f"{COLAB}/{repo}/blob/{branch}/{folder.strip('/')}/{name}.ipynb"
 
 
 def add_colab_link(app: Sphinx, doctree: nodes.document) -> None:
@@ -109,7 +133,7 @@ def number_exercises(app: Sphinx, env: BuildEnvironment) -> list[str]:
     ``env.toc_fignumbers[docname]["exercise"][id]``, are assigned by the toctree collector's
     ``env-get-updated`` handler, just before this one (a later priority), and read by
     sphinx-exercise's titles and by every cross-reference; here they are replaced by the
-    chapter's number (``notebooks.chapter_number``, also used by the notebooks) and the
+    chapter's number (``toc.chapter_number``, also used by the notebooks) and the
     exercise's rank in the chapter. Returns the documents to write again: those numbered."""
     renumbered = []
     for docname, numbers in env.toc_fignumbers.items():
@@ -137,6 +161,73 @@ def accessible_body(app: Sphinx, pagename: str, templatename: str, context: dict
     for pattern, replacement, _ in BODY_FIXES:
         body = pattern.sub(replacement, body)
     context["body"] = body
+
+
+def code_columns(text: str) -> int:
+    """Columns of the longest line of a code block (tabs at 8)."""
+    return max((len(line.expandtabs()) for line in text.splitlines()), default=0)
+
+
+def available_columns(block: nodes.Element) -> int:
+    """Columns of code that ``block``'s column holds at 1280 px: :data:`CODE_COLUMNS`, less
+    what each admonition and dropdown around it takes."""
+    columns = CODE_COLUMNS
+    parent = block.parent
+    while parent is not None:
+        if isinstance(parent, nodes.Admonition):
+            columns -= ADMONITION_COLUMNS
+        elif (type(parent).__name__ == "dropdown_main"
+              or "sd-card-body" in parent.get("classes", [])):
+            columns -= DROPDOWN_COLUMNS
+        parent = parent.parent
+    return columns
+
+
+def mark_wide_code(app: Sphinx, doctree: nodes.document, docname: str) -> None:
+    """Mark each code block (a literal block: shown code, a cell's source, a printed output)
+    whose longest line is longer than its column holds (:func:`available_columns`) with
+    :data:`WIDE_CLASSES`: on its notebook cell's box (input or output) when it is one, else
+    on the block itself. A line over :data:`MAX_CODE_COLUMNS` is a warning."""
+    for block in doctree.findall(nodes.literal_block):
+        text = block.astext()
+        columns = code_columns(text)
+        if columns <= available_columns(block):
+            continue
+        parent = block.parent
+        cell_box = isinstance(parent, nodes.container) and (
+            {"cell_input", "cell_output"} & set(parent.get("classes", [])))
+        box = parent if cell_box else block
+        box["classes"] += [c for c in WIDE_CLASSES if c not in box["classes"]]
+        if columns > MAX_CODE_COLUMNS:
+            line = next(line for line in text.splitlines()
+                        if len(line.expandtabs()) == columns)
+            logger.warning("a code line of %d columns, more than the %d a page shows "
+                           "without scrolling: %r", columns, MAX_CODE_COLUMNS,
+                           line.strip()[:60], location=block)
+
+
+def images_to_files(app: Sphinx, pagename: str, templatename: str, context: dict,
+                    doctree) -> None:
+    """Write every ``data:image/png;base64,...`` of the page's body to
+    ``_images/flashlib/<sha256 prefix>.png`` in the site (once per image) and put its URL,
+    relative to the page, in its place: in ``<img src>`` and in the interactive figures'
+    JSON frame lists (js/frames.js sets ``img.src`` to them)."""
+    body = context.get("body")
+    if not body or "data:image/png;base64," not in body:
+        return
+    folder = Path(app.outdir) / IMAGES
+    folder.mkdir(parents=True, exist_ok=True)
+    page_uri = app.builder.get_target_uri(pagename)
+
+    def to_file(match: re.Match[str]) -> str:
+        png = base64.b64decode(match.group(1))
+        name = f"{hashlib.sha256(png).hexdigest()[:20]}.png"
+        path = folder / name
+        if not path.exists():
+            path.write_bytes(png)
+        return relative_uri(page_uri, f"{IMAGES}/{name}")
+
+    context["body"] = DATA_PNG.sub(to_file, body)
 
 
 def dedupe_scripts(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
@@ -178,4 +269,6 @@ def setup(app: Sphinx) -> dict:
     app.connect("env-get-updated", number_exercises, priority=900)
     app.connect("html-page-context", dedupe_scripts, priority=900)
     app.connect("html-page-context", accessible_body, priority=900)
+    app.connect("html-page-context", images_to_files, priority=900)
+    app.connect("doctree-resolved", mark_wide_code)
     return {"version": "2.0", "parallel_read_safe": True, "parallel_write_safe": True}

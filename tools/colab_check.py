@@ -12,7 +12,8 @@ Colab preinstalls that the book uses, at Colab's versions (``COLAB``: ipywidgets
 with its ``book`` extra, exactly as the notebooks' set-up cell installs it on Colab (no ``-U``:
 the check fails if that install changes any preinstalled package). Then:
 
-- ``tests/test_widgets.py`` runs in that venv (the widget's display bundle under ipywidgets 7);
+- ``tests/book/test_widgets.py`` runs in that venv (the widget's display bundle under
+  ipywidgets 7), copied into the temporary folder so that it imports the installed flashlib;
 - every notebook runs with nbclient from a temporary working folder, in a kernel of that venv;
   any cell error fails the check, and so does any of these after the run: a traceback or an
   error in a stream; a widget cell whose output is not a live widget view; a markdown cell
@@ -39,7 +40,9 @@ import time
 from pathlib import Path
 
 from tools import notebooks
+from tools.convert import glue_citations
 from tools.paths import ROOT
+from tools.toc import chapters
 
 #: What a Colab runtime preinstalls, at its versions, among the packages the book uses or that
 #: shape how a notebook runs there (the kernel, IPython, the widget library, the old notebook
@@ -60,6 +63,8 @@ ENVS = {"colab": COLAB + TORCH, "colab-no-torch": COLAB}
 WATCHED = ["numpy", "matplotlib", "ipywidgets", "ipykernel", "ipython", "jupyter-client",
            "notebook", "tabulate", "torch", "threadpoolctl", "pytest", "flashlib"]
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+#: The widget tests run in each venv: flashlib.book.widgets' display bundles, without a kernel.
+WIDGET_TESTS = ROOT / "tests" / "book" / "test_widgets.py"
 CELL_TIMEOUT = 600
 
 
@@ -119,7 +124,9 @@ def make_env(name: str, packages: list[str], tmp: Path) -> Path:
 
 
 def widget_tests(name: str, python: Path, tmp: Path) -> list[str]:
-    """tests/test_widgets.py in the venv, against the installed flashlib (not the checkout)."""
+    """tests/book/test_widgets.py in the venv, against the installed flashlib (not the
+    checkout): a copy in ``tmp``, since pytest puts the root of a test's package (here the
+    checkout, tests/ being a package) first on sys.path."""
     if "pytest" not in installed(python):
         return []
     ini = tmp / "pytest.ini"
@@ -127,17 +134,19 @@ def widget_tests(name: str, python: Path, tmp: Path) -> list[str]:
     # packages raise among themselves (pyparsing's, under matplotlib 3.10.0)
     ini.write_text("[pytest]\nfilterwarnings =\n    error\n    ignore::DeprecationWarning\n",
                    encoding="utf-8")
+    shutil.copy(WIDGET_TESTS, tmp / WIDGET_TESTS.name)
     t0 = time.perf_counter()
     result = subprocess.run(
         [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--noconftest",
-         "-c", str(ini), "--rootdir", str(tmp), str(ROOT / "tests" / "test_widgets.py")],
+         "-c", str(ini), "--rootdir", str(tmp), str(tmp / WIDGET_TESTS.name)],
         capture_output=True, text=True, cwd=tmp,
     )
     summary = (result.stdout.strip().splitlines() or ["(no output)"])[-1]
-    log(f"[{name}] tests/test_widgets.py: {summary} ({time.perf_counter() - t0:.0f} s)")
+    label = WIDGET_TESTS.relative_to(ROOT)
+    log(f"[{name}] {label}: {summary} ({time.perf_counter() - t0:.0f} s)")
     if result.returncode != 0:
         sys.stdout.write(result.stdout[-6000:] + result.stderr[-2000:])
-        return [f"{name}: tests/test_widgets.py failed"]
+        return [f"{name}: {label} failed"]
     return []
 
 
@@ -178,7 +187,7 @@ def output_text(output) -> str:
 def check_outputs(name: str, source: Path, nb, torch: bool) -> list[str]:
     """What must hold in an executed notebook (see the module docstring)."""
     problems = []
-    cited = notebooks.glue_citations(source)
+    cited = glue_citations(source)
     printed: set[str] = set()
     for index, cell in enumerate(nb.cells):
         where = f"{name}: {source.stem} cell {index}"
@@ -221,7 +230,7 @@ def run_notebooks(name: str, python: Path, tmp: Path, torch: bool) -> list[str]:
     from nbclient.exceptions import CellExecutionError
 
     problems = []
-    for source in notebooks.chapters():
+    for source in chapters():
         path = notebooks.target(source)
         work = tmp / f"work-{name}"  # outside the repository, as on Colab (/content)
         work.mkdir(exist_ok=True)

@@ -14,8 +14,8 @@ chapter by its title (its first ``# `` heading), else by its file name (``Copy o
 too); any other notebook is reported as unrelated, an unreadable one as such.
 
 How an exercise is graded. Exercises are numbered as the notebooks and the site number them
-(tools/notebooks.py: the headings its ``directive`` writes, read by
-``notebooks.exercise_numbers``). The exercise's cells in the student's notebook are the code
+(tools/convert.py: the headings its ``directive`` writes, read by
+``convert.exercise_numbers``). The exercise's cells in the student's notebook are the code
 cells under its heading, up to the next markdown cell of the chapter (the student's own
 markdown cells do not end it). For each chapter, one worker process runs the chapter's own code
 cells in order, from the student notebook the book generates (never the students' copies), as
@@ -60,7 +60,7 @@ What it writes in --out:
     logs/CHAPTER.log   what running the chapter printed
 
 Why in tools/ and not in the flashlib package: it reads the chapters (book/*.md, through
-tools/notebooks.py, the one reader of the exercises' numbers), which only the repository has;
+tools/convert.py, the one reader of the exercises' numbers), which only the repository has;
 the checkers it runs are the package's. Grade with a checkout of the release the students used.
 
 This is not a sandbox: the students' code runs with your permissions. Grade untrusted
@@ -88,10 +88,12 @@ from typing import Any
 
 import nbformat
 
-from tools import notebooks
+from tools import toc
+from tools.colab import colab_cell
+from tools.convert import clean_notebook, exercise_numbers
 from tools.grade_worker import one_line
+from tools.paths import ROOT
 
-ROOT = notebooks.ROOT
 CHECKER_PACKAGE = "flashlib.book.exercises"
 WORKER = "tools.grade_worker"  # run as python -m, with the repository root on PYTHONPATH
 CSV_COLUMNS = ["student", "notebook", "chapter", "exercise", "status", "passed",
@@ -124,7 +126,7 @@ def exercise_cells(nb: nbformat.NotebookNode, chapter_markdown: set[str] | None 
     current: str | None = None
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "markdown":
-            numbers = notebooks.exercise_numbers(cell.source)
+            numbers = exercise_numbers(cell.source)
             own = chapter_markdown is not None and cell.source.strip() not in chapter_markdown
             if numbers:
                 for number in numbers:
@@ -195,8 +197,8 @@ class Chapter:
 
 
 def load_chapter(source: Path) -> Chapter:
-    nb = notebooks.clean_notebook(source, student=True)
-    setup = notebooks.colab_cell().source
+    nb = clean_notebook(source, student=True)
+    setup = colab_cell().source
     cells = exercise_cells(nb)
     owner = {i: number for number, indices in cells.items() for i in indices}
     checkers = checker_imports([c.source for c in nb.cells if c.cell_type == "code"])
@@ -216,13 +218,13 @@ def load_chapter(source: Path) -> Chapter:
         elif owner[i] in exercises and owner[i] not in placed:
             steps.append(("exercise", owner[i]))
             placed.add(owner[i])
-    title = notebooks.page_titles()[source.relative_to(ROOT).with_suffix("").as_posix()][0]
+    title = toc.page_titles()[source.relative_to(ROOT).with_suffix("").as_posix()][0]
     markdown = {c.source.strip() for c in nb.cells if c.cell_type == "markdown"}
     return Chapter(source.stem, title, steps, exercises, ungraded, markdown)
 
 
 def load_chapters() -> dict[str, Chapter]:
-    return {source.stem: load_chapter(source) for source in notebooks.chapters()}
+    return {source.stem: load_chapter(source) for source in toc.chapters()}
 
 
 # ---------------------------------------------------------------------------------------------

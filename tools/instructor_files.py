@@ -25,15 +25,12 @@ from pathlib import Path
 
 import nbformat
 
-from tools import (
-    grade,
-    notebooks,
-)
+from tools import grade, notebooks
+from tools.paths import BOOK, ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
-CHAPTER = ROOT / "book" / "beyond.md"
-REPORT = ROOT / "book" / "instructor" / "sample-report.md"
-EXERCISES = ROOT / "book" / "instructor" / "exercises.md"
+CHAPTER = BOOK / "beyond.md"
+REPORT = BOOK / "instructor" / "sample-report.md"
+EXERCISES = BOOK / "instructor" / "exercises.md"
 TIMEOUT = 10.0
 
 SPLIT_KV = """
@@ -105,7 +102,7 @@ STUDENTS = {
 
 def write_class(folder: Path) -> None:
     """One folder per student holding their beyond.ipynb."""
-    official = nbformat.read(notebooks.student_target(CHAPTER), as_version=4)
+    official = nbformat.read(notebooks.target(CHAPTER, student=True), as_version=4)
     cells = grade.exercise_cells(official)
     numbers = sorted(cells, key=grade.number_key)
     for student, answers in STUDENTS.items():

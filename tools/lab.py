@@ -30,8 +30,9 @@ from pathlib import Path
 import nbformat
 
 from tools import notebooks
+from tools.paths import ROOT
+from tools.toc import chapters
 
-ROOT = notebooks.ROOT
 LAB = ROOT / "lab"
 RECORD = ".written.json"
 
@@ -47,7 +48,7 @@ def cells_hash(text: str) -> str:
 def chapter_notebooks() -> dict[str, str]:
     """``{file name: notebook text}`` of every chapter, generated from book/ now."""
     return {notebooks.target(source).name: notebooks.notebook_text(source)
-            for source in notebooks.chapters()}
+            for source in chapters()}
 
 
 def sync(lab: Path, chapters: dict[str, str]) -> list[str]:

@@ -28,6 +28,7 @@ import urllib.request
 from pathlib import Path
 
 from tools import notebooks
+from tools.toc import chapters
 
 # The notebook panel's kernel is idle and every code cell has run.
 IDLE = """() => {
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from tools.browser import CHROMIUM_ARGS, find_chromium
 
-    sources = [s for s in notebooks.chapters() if (not args.chapters or s.stem in args.chapters)
+    sources = [s for s in chapters() if (not args.chapters or s.stem in args.chapters)
                and "interactive_figure(" in s.read_text(encoding="utf-8")]
     tmp = Path(tempfile.mkdtemp(prefix="flashlib-lab-check-"))
     for source in sources:

@@ -4,6 +4,10 @@ Uses the test suite's independent float64 reference (tests/helpers.py) and torch
 Run from the repository root: .venv/bin/python -m tools.max_errors
 """
 
+from __future__ import annotations
+
+import argparse
+
 import numpy as np
 
 from flashlib import (
@@ -25,7 +29,8 @@ CASES = [
 ]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     rng = np.random.default_rng(0)
     worst: dict[tuple[str, str], float] = {}
     for dtype in (np.float64, np.float32, np.float16):

@@ -1,600 +1,47 @@
-"""Generate and check notebooks/*.ipynb, the clean notebook copies of the book's chapters.
+"""Write and check notebooks/*.ipynb, the clean notebook copies of the book's chapters.
 
     python -m tools.notebooks write   # (make notebooks) regenerate notebooks/ from book/
     python -m tools.notebooks check   # fail if notebooks/ drifted from book/ (or from the
                                         # version in pyproject.toml, the URL in _config.yml)
 
 Both also cover notebooks/student/*.ipynb, the student edition: the same notebooks without
-their solutions (`without_solutions`), committed so that the student site's "Open in Colab"
+their solutions (tools/student.py), committed so that the student site's "Open in Colab"
 links and a teacher's hand-out have a URL.
 
-book/*.md (MyST Markdown notebooks listed in _toc.yml) are the single source. The generated
-notebooks have no outputs and deterministic cell ids and metadata, so regenerating an unchanged
-chapter gives a byte-identical file. The check compares cell types, sources and metadata
-against the same generation, so a notebook also drifts when code shown with literalinclude,
-the version or the repository URL changes.
-
-What the notebooks add to the chapters (none of it is on the website):
-
-- the Colab set-up cell, after the title: tools/colab_cell.md with `{url}` and `{version}`
-  filled in from _config.yml and pyproject.toml (a `#@title` form cell, shown collapsed by
-  Colab and JupyterLab; on Colab it installs `flashlib[book]` at the tag `v{version}`);
-- before every markdown cell that cites glued numbers, a collapsed code cell that prints them,
-  `print_glued("name:.2f", ...)` -> `name = 1.23`, as the text formats them (Jupyter and Colab
-  cannot render glue roles; the text shows `name` in code font);
-- solutions inside `<details>` (collapsed until clicked, in Jupyter and Colab), their code
-  cells collapsed too (`jupyter.source_hidden`, Colab's form view).
-
-Plain Jupyter and Colab render CommonMark, not MyST, so the markdown cells are rewritten
-(`jupyter_markdown`); code cells are copied unchanged, except solution code cells (a `#@title`
-line first):
-
-    ```{literalinclude} ../flashlib/x.py    a ```python block: the current source of `f`, cut
-    :pyobject: f                            out of x.py with ast (the whole file without
-    ```                                     :pyobject:)
-    {doc}`name`                             [its title](name.ipynb); a page that is not a
-                                            notebook (References): its title in italics
-    {cite:p}`k1,k2` (and {cite}`k`)         ([Author et al., 2022](url); ...), from references.bib
-    {cite:t}`k`                             [Author et al.](url) (2022)
-    {glue:text}`name:.2f` (any {glue})      `name` in code font, printed by the cell before (see
-                                            above); the title cell gets a note saying so
-    {math}`x`                               $x$; any other role: its text in code font
-    {term}`HBM` (or {term}`text <HBM>`)     [HBM](glossary.ipynb#HBM): the glossary notebook,
-                                            whose terms are headings
-    :::{exercise} / {solution-start} L      "### Exercise C.K" + the text quoted / <details>
-                                            with "Solution to Exercise C.K" as its summary (C
-                                            the chapter's number, `chapter_number`, K the
-                                            exercise's rank in it: the site's numbers) up to
-                                            {solution-end}, or to the end of the cell,
-                                            reopened in the next one
-    :::{dropdown} title (and :class: dropdown)  <details> with the title as its summary
-    {glossary}                              each term a "#### term" heading, then its text
-    {math}, {figure}/{image}, admonitions   $$ block, ![caption](raw GitHub URL), "> **Note**"
-    (label)= lines, % comments              dropped; markdown cells left empty are dropped
-
-Code cells tagged ``hide-input`` or ``remove-input`` (the chapters' bookkeeping: glue calls,
-asserts about the prose, plotting) are collapsed in the notebooks, under a ``#@title`` taken
-from their first comment line; their numbers are printed before the text that cites them.
-A page without code cells (the glossary) gets no set-up cell.
+book/*.md (MyST Markdown notebooks listed in _toc.yml, tools/toc.py) are the single source;
+tools/convert.py turns each into its notebook (what the notebooks add to the chapters is
+listed there). The check compares cell types, sources and metadata against the same
+conversion, so a notebook also drifts when code shown with literalinclude, the version or the
+repository URL changes; it also fails on a notebook with outputs, on a notebook without its
+chapter, and on a chapter with a Colab set-up cell of its own.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import json
-import re
 import sys
-import textwrap
-from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 
 import jupytext
 import nbformat
-import tomllib
-import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = ROOT / "notebooks"
-COLAB_CELL = ROOT / "tools" / "colab_cell.md"
-KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
+from tools.colab import COLAB_CELL, has_setup_cell
+from tools.convert import clean_notebook
+from tools.paths import NOTEBOOKS, ROOT
+from tools.toc import chapters
 
+STUDENT_NOTEBOOKS = NOTEBOOKS / "student"
 
-def toc_files(toc: Path | None = None) -> list[Path]:
-    """Source files of every page of a Jupyter Book table of contents (default: the book's
-    _toc.yml), in order: the ``root``, then the ``file:`` entries of ``chapters``, of
-    ``parts``' chapters and of ``sections``, at any depth (``url:`` entries are not pages).
-    An entry names its file relative to the toc's folder, ``.md`` implied.  ValueError for an
-    entry without its file, or a ``glob:`` entry (the book lists its pages one by one)."""
-    toc = ROOT / "_toc.yml" if toc is None else Path(toc)
-    data = yaml.safe_load(toc.read_text(encoding="utf-8"))
-    names = [data["root"]]
 
-    def walk(entries: list[dict]) -> None:
-        for entry in entries:
-            if "glob" in entry:
-                raise ValueError(f"{toc.name}: glob entries are not supported ({entry['glob']})")
-            if "file" in entry:
-                names.append(entry["file"])
-            walk(entry.get("sections", []))
+def target(source: Path, *, student: bool = False) -> Path:
+    """Where a chapter's notebook goes: notebooks/NAME.ipynb, or notebooks/student/."""
+    return (STUDENT_NOTEBOOKS if student else NOTEBOOKS) / f"{source.stem}.ipynb"
 
-    walk(data.get("chapters", []))
-    for part in data.get("parts", []):
-        walk(part.get("chapters", []))
-    paths = []
-    for name in names:
-        rel = Path(name) if Path(name).suffix in (".md", ".ipynb") else Path(f"{name}.md")
-        path = toc.parent / rel
-        if not path.is_file():
-            raise ValueError(f"{toc.name} lists {name}, but there is no {rel.as_posix()}")
-        paths.append(path)
-    return paths
 
-
-def is_notebook(path: Path) -> bool:
-    """A MyST Markdown notebook (``.md``) declares a kernelspec in its YAML front matter."""
-    text = path.read_text(encoding="utf-8")
-    head = text.split("\n---", 1)[0]
-    return path.suffix == ".md" and head.startswith("---") and "kernelspec:" in head
-
-
-def repository() -> tuple[str, str]:
-    """``(url, branch)`` of ``repository:`` in _config.yml, the one place they are set."""
-    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))["repository"]
-    return config["url"], config.get("branch", "main")
-
-
-def chapters() -> list[Path]:
-    return [path for path in toc_files() if is_notebook(path)]
-
-
-def chapter_number(path: Path) -> int | None:
-    """The chapter's number: its rank among the notebook chapters of _toc.yml, from 1 (the
-    root, the Introduction, is chapter 1); None for a page that is not one.  Exercises are
-    numbered "Exercise <chapter>.<k>" with it, on the site (tools/book_extension.py) and in
-    the notebooks."""
-    resolved = Path(path).resolve()
-    for number, chapter in enumerate(chapters(), 1):
-        if chapter.resolve() == resolved:
-            return number
-    return None
-
-
-# ---------------------------------------------------------------------------------------------
-# MyST -> CommonMark for the markdown cells
-# ---------------------------------------------------------------------------------------------
-
-DIRECTIVE = re.compile(r"^(?P<fence>`{3,}|:{3,})\{(?P<name>[\w:-]+)\}[ \t]*(?P<arg>.*?)\s*$")
-OPTION = re.compile(r"^:(?P<key>[\w-]+):[ \t]*(?P<value>.*?)\s*$")
-CODE_FENCE = re.compile(r"^(?P<fence>`{3,}|~{3,})(?!\{)")
-ROLE = re.compile(r"\{(?P<name>[\w:-]+)\}`(?P<text>[^`]*)`")
-LABEL = re.compile(r"^\([\w.:-]+\)=\s*$")
-ADMONITIONS = {"note", "tip", "hint", "important", "warning", "caution", "attention", "danger",
-               "error", "seealso", "admonition"}
-GLUE_NOTE = (
-    "> **In this notebook** a name in code font such as `{name}` stands for a number that the "
-    "code computes: run the cells, and the collapsed cell just before each text cell prints "
-    "the numbers that text cites, as `{name} = ...` (the book's website shows them in the "
-    "text). `flashlib.book.glued()` lists every value by name."
-)
-#: Metadata that makes JupyterLab show only a cell's first line and Colab its `#@title` form.
-COLLAPSED_CODE = {"cellView": "form", "jupyter": {"source_hidden": True}}
-SOLUTION_MARK = re.compile(r"\x00solution-(?P<kind>start|end)(?: (?P<number>[\d.]+))?\x00")
-#: Tags of the code cells the website hides (myst-nb): collapsed in the notebooks.
-HIDDEN_INPUT = {"hide-input", "remove-input"}
-#: The page whose {glossary} the {term} role links to.
-GLOSSARY = "book/glossary"
-
-
-@dataclass
-class Page:
-    """What the rewriting of one chapter needs to know, and its exercise numbers.
-
-    ``solution``: the number of the solution open at this point of the chapter (its
-    ``{solution-start}`` seen, not yet its ``{solution-end}``), or None; ``cited``: the glue
-    references (``name:format``) of the markdown cell being rewritten, each with whether it
-    sits inside a solution."""
-
-    source: Path
-    exercises: dict[str, str] = field(default_factory=dict)
-    n_exercises: int = 0
-    glue_names: list[str] = field(default_factory=list)
-    solution: str | None = None
-    cited: list[tuple[str, bool]] = field(default_factory=list)
-
-
-@cache
-def bibliography() -> dict[str, tuple[str, str, str]]:
-    """references.bib as ``key -> (authors as the book cites them, year, url)``."""
-    from pybtex.database import parse_file
-    from pybtex.richtext import Text
-
-    entries = {}
-    for key, entry in parse_file(str(ROOT / "references.bib")).entries.items():
-        names = [Text.from_latex(" ".join(p.last_names)).render_as("text")
-                 for p in entry.persons.get("author", [])]
-        if len(names) >= 3:
-            authors = f"{names[0]} et al."
-        else:
-            authors = " and ".join(names) or key
-        entries[key] = (authors, entry.fields.get("year", "n.d."), entry.fields.get("url", ""))
-    return entries
-
-
-def _link(text: str, url: str) -> str:
-    return f"[{text}]({url})" if url else text
-
-
-def cite(keys: str, textual: bool = False) -> str:
-    """``{cite:p}`a,b``` -> ``([A, 2022](url); [B, 2023](url))``; textual: ``[A](url) (2022)``."""
-    bib = bibliography()
-    parts = []
-    for key in (k.strip() for k in keys.split(",")):
-        if key not in bib:
-            raise ValueError(f"citation key {key!r} is not in references.bib")
-        authors, year, url = bib[key]
-        parts.append(f"{_link(authors, url)} ({year})" if textual
-                     else _link(f"{authors}, {year}", url))
-    return "; ".join(parts) if textual else "(" + "; ".join(parts) + ")"
-
-
-@cache
-def page_titles() -> dict[str, tuple[str, bool]]:
-    """Every page of the toc, ``path relative to ROOT without .md -> (title, is a notebook)``."""
-    titles = {}
-    for path in toc_files():
-        heading = re.search(r"^# (.+)$", path.read_text(encoding="utf-8"), re.MULTILINE)
-        rel = path.relative_to(ROOT).with_suffix("").as_posix()
-        titles[rel] = (heading.group(1).strip() if heading else path.stem, is_notebook(path))
-    return titles
-
-
-def doc_link(target: str, page: Page) -> str:
-    """``{doc}`target``` or ``{doc}`text <target>``` as a link to the target's notebook."""
-    match = re.fullmatch(r"(?P<text>.*?)\s*<(?P<target>[^<>]+)>", target)
-    text, target = (match["text"], match["target"]) if match else (None, target)
-    base = ROOT if target.startswith("/") else page.source.parent
-    rel = (base / target.lstrip("/")).resolve().relative_to(ROOT).as_posix()
-    if rel not in page_titles():
-        raise ValueError(f"{{doc}}`{target}`: no page {rel} in _toc.yml")
-    title, notebook = page_titles()[rel]
-    text = text or title
-    return f"[{text}]({Path(rel).name}.ipynb)" if notebook else f"*{text}* (on the book's website)"
-
-
-def term_anchor(term: str) -> str:
-    """The anchor JupyterLab gives the glossary notebook's heading of ``term``."""
-    return term.strip().replace(" ", "-")
-
-
-def term_link(text: str, page: Page) -> str:
-    """``{term}`HBM``` or ``{term}`text <HBM>``` as a link to the term in the glossary
-    notebook (a heading there); in italics when the glossary is not a notebook."""
-    match = re.fullmatch(r"(?P<text>.*?)\s*<(?P<target>[^<>]+)>", text)
-    text, term = (match["text"], match["target"]) if match else (text, text)
-    if GLOSSARY not in page_titles():
-        raise ValueError(f"{{term}}`{term}`: no {GLOSSARY} in _toc.yml")
-    if not page_titles()[GLOSSARY][1]:
-        return f"*{text}*"
-    here = page.source.resolve() == (ROOT / f"{GLOSSARY}.md").resolve()
-    notebook = "" if here else f"{Path(GLOSSARY).name}.ipynb"
-    return f"[{text}]({notebook}#{term_anchor(term)})"
-
-
-def glossary(body: str) -> str:
-    """A {glossary} body (terms at the left margin, their text indented) as headings + text."""
-    out: list[str] = []
-    for line in body.split("\n"):
-        if line.strip() and not line[:1].isspace():
-            out.append(f"\n#### {line.strip()}\n")
-        else:
-            out.append(line.strip())
-    return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip("\n")
-
-
-def role(name: str, text: str, page: Page) -> str:
-    if name == "doc":
-        return doc_link(text, page)
-    if name in ("cite", "cite:p", "cite:ps"):
-        return cite(text)
-    if name in ("cite:t", "cite:ts"):
-        return cite(text, textual=True)
-    if name == "glue" or name.startswith("glue:"):
-        glue_name, _, spec = text.partition(":")
-        if glue_name not in page.glue_names:
-            page.glue_names.append(glue_name)
-        reference = glue_name if name == "glue:md" else text
-        if all(ref != reference for ref, _ in page.cited):
-            page.cited.append((reference, page.solution is not None))
-        return f"`{glue_name}`"
-    if name == "math":
-        return f"${text}$"
-    if name == "term":
-        return term_link(text, page)
-    match = re.fullmatch(r"(?P<text>.*?)\s*<(?P<target>[^<>]+)>", text)
-    return f"`{match['text'] if match else text}`"
-
-
-def inline(line: str, page: Page) -> str:
-    """Rewrite the roles of one line of text (not inside code)."""
-    return ROLE.sub(lambda m: role(m["name"], m["text"], page), line)
-
-
-def pyobject_source(path: Path, name: str) -> str:
-    """The source of function/class ``name`` (``Class.method`` too) in ``path``, via ast, as
-    Sphinx's literalinclude ``:pyobject:`` shows it (decorators included, dedented)."""
-    text = path.read_text(encoding="utf-8")
-    body: list[ast.stmt] = ast.parse(text).body
-    node = None
-    for part in name.split("."):
-        node = next((n for n in body if isinstance(
-            n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and n.name == part), None)
-        if node is None:
-            raise ValueError(f"{path.relative_to(ROOT)} has no {name}")
-        body = node.body
-    start = min([node.lineno] + [d.lineno for d in node.decorator_list])
-    lines = text.splitlines()[start - 1 : node.end_lineno]
-    return textwrap.dedent("\n".join(lines))
-
-
-def literalinclude(arg: str, options: dict[str, str], page: Page) -> str:
-    path = (page.source.parent / arg).resolve()
-    if "pyobject" in options:
-        code = pyobject_source(path, options["pyobject"])
-    else:
-        code = path.read_text(encoding="utf-8").rstrip("\n")
-    language = options.get("language", "python" if path.suffix == ".py" else "")
-    return f"```{language}\n{code}\n```"
-
-
-def quote(text: str) -> str:
-    return "\n".join(f"> {line}" if line else ">" for line in text.split("\n"))
-
-
-def raw_url(path: Path) -> str:
-    url, branch = repository()
-    repo = url.removeprefix("https://github.com/")
-    return f"https://raw.githubusercontent.com/{repo}/{branch}/" + (
-        path.resolve().relative_to(ROOT).as_posix())
-
-
-def directive(name: str, arg: str, options: dict[str, str], body: str, page: Page) -> str:
-    """One MyST directive as CommonMark (``body`` is already rewritten)."""
-    if name == "literalinclude":
-        return literalinclude(arg, options, page)
-    if name == "exercise":
-        page.n_exercises += 1
-        number = f"{chapter_number(page.source)}.{page.n_exercises}"
-        if "label" in options:
-            page.exercises[options["label"]] = number
-        title = f"### Exercise {number}" + (f": {arg}" if arg else "")
-        return f"{title}\n\n{quote(body)}" if body else title
-    if name in ("solution-start", "solution"):
-        number = page.exercises.get(arg, "")
-        start = f"\x00solution-start {number}\x00"
-        if name == "solution":  # the whole solution in its body
-            return f"{start}\n\n{body}\n\n\x00solution-end\x00"
-        return start
-    if name == "solution-end":
-        return "\x00solution-end\x00"
-    if name == "math":
-        return f"$$\n{body}\n$$"
-    if name == "glossary":
-        return glossary(body)
-    if name == "dropdown" or (name in ADMONITIONS and "dropdown" in options.get("class", "")):
-        title = re.sub(r"`([^`]*)`", r"<code>\1</code>", arg or name.capitalize())  # HTML
-        return f"<details>\n<summary>{title}</summary>\n\n{body}\n\n</details>"
-    if name in ("figure", "image"):
-        alt = options.get("alt") or body or ""
-        image = f"![{alt}]({raw_url(page.source.parent / arg)})"
-        return f"{image}\n\n*{body}*" if name == "figure" and body else image
-    if name in ("code-block", "code", "sourcecode"):
-        return f"```{arg}\n{body}\n```"
-    if name in ADMONITIONS:
-        title = arg if name == "admonition" else name.capitalize()
-        return quote(f"**{title}**" + (f"\n\n{body}" if body else ""))
-    return quote(f"**{name}**" + (f" {arg}" if arg else "") + (f"\n\n{body}" if body else ""))
-
-
-def jupyter_markdown(text: str, page: Page) -> str:
-    """A markdown cell's MyST as CommonMark that plain Jupyter and Colab render."""
-    lines = text.split("\n")
-    out: list[str] = []
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        code = CODE_FENCE.match(line)
-        opened = DIRECTIVE.match(line)
-        if code:  # a plain code block: copied verbatim
-            end = next((j for j in range(i + 1, len(lines))
-                        if lines[j].strip() == code["fence"]), len(lines) - 1)
-            out.extend(lines[i : end + 1])
-            i = end + 1
-        elif opened:
-            j = i + 1
-            options = {}
-            while j < len(lines) and (option := OPTION.match(lines[j])):
-                options[option["key"]] = option["value"]
-                j += 1
-            end = next((k for k in range(j, len(lines))
-                        if lines[k].strip() == opened["fence"]), len(lines))
-            if opened["name"] in ("solution-start", "solution"):
-                page.solution = page.exercises.get(opened["arg"], "")
-            body = jupyter_markdown("\n".join(lines[j:end]).strip("\n"), page)
-            out.append(directive(opened["name"], opened["arg"], options, body, page))
-            if opened["name"] in ("solution-end", "solution"):
-                page.solution = None
-            i = end + 1
-        elif LABEL.match(line) or line.startswith("%"):
-            i += 1
-        else:
-            out.append(inline(line, page))
-            i += 1
-    return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip("\n")
-
-
-def version() -> str:
-    """flashlib's version as pyproject.toml declares it: ``project.version``, or the module
-    attribute its dynamic version names (``flashlib.__version__``), read without importing."""
-    with open(ROOT / "pyproject.toml", "rb") as f:
-        project = tomllib.load(f)
-    if "version" in project["project"]:
-        return project["project"]["version"]
-    module, _, name = project["tool"]["setuptools"]["dynamic"]["version"]["attr"].rpartition(".")
-    path = ROOT.joinpath(*module.split("."))
-    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.Assign) and any(
-                getattr(t, "id", None) == name for t in node.targets):
-            return ast.literal_eval(node.value)
-    raise ValueError(f"{path.relative_to(ROOT)}: no {name} = '...'")
-
-
-def colab_cell() -> nbformat.NotebookNode:
-    """The set-up cell: tools/colab_cell.md's code with ``{url}`` (_config.yml's
-    ``repository.url``) and ``{version}`` (pyproject.toml) filled in, collapsed."""
-    text = COLAB_CELL.read_text(encoding="utf-8")
-    code = re.search(r"^```python\n(?P<code>.*?)^```$", text, re.MULTILINE | re.DOTALL)
-    if code is None:
-        raise ValueError(f"{COLAB_CELL.relative_to(ROOT)}: no ```python block")
-    source = code["code"].strip("\n")
-    for key, value in (("{url}", repository()[0]), ("{version}", version())):
-        if key not in source:
-            raise ValueError(f"{COLAB_CELL.relative_to(ROOT)}: no {key} in its code")
-        source = source.replace(key, value)
-    return nbformat.v4.new_code_cell(source, metadata=COLLAPSED_CODE)
-
-
-def collapsed_source(source: str) -> str:
-    """A hidden cell's code under a ``#@title``: its first comment line (``# Bookkeeping:
-    ...`` -> ``#@title Bookkeeping: ...``), else "Show the code"."""
-    first, _, rest = source.partition("\n")
-    if first.startswith("#@title"):
-        return source
-    if first.startswith("# "):
-        return f"#@title {first[2:].strip()}\n{rest}"
-    return f"#@title Show the code\n{source}"
-
-
-def numbers_cell(cited: list[tuple[str, bool]]) -> nbformat.NotebookNode:
-    """The collapsed cell printing the glued numbers that the next markdown cell cites; the
-    cell's output is collapsed too when every citation is inside a solution."""
-    in_solution = all(solution for _, solution in cited)
-    title = "Numbers in the solution below" if in_solution else "Numbers in the text below"
-    refs = ", ".join(f'"{ref}"' for ref, _ in cited)
-    call = f"print_glued({refs})"
-    if len(call) > 99:
-        call = "print_glued(\n" + "".join(f'    "{ref}",\n' for ref, _ in cited) + ")"
-    source = f"#@title {title}\nfrom flashlib.book import print_glued\n\n{call}"
-    jupyter = {"source_hidden": True} | ({"outputs_hidden": True} if in_solution else {})
-    return nbformat.v4.new_code_cell(source, metadata={"cellView": "form", "jupyter": jupyter})
-
-
-def wrap_solutions(text: str, open_before: str | None) -> str:
-    """Turn the solution marks of one rewritten markdown cell into ``<details>`` elements: a
-    solution open when the cell starts (``open_before``) reopens as "(continued)"; one still
-    open at its end is closed there (the next cell reopens it)."""
-
-    def opening(number: str, continued: bool = False) -> str:
-        title = f"Solution to Exercise {number}" if number else "Solution"
-        return (f"<details>\n<summary>{title}{' (continued)' if continued else ''}</summary>"
-                "\n\n")
-
-    out, pos, open_now = [], 0, open_before
-    if open_before is not None:
-        out.append(opening(open_before, continued=True))
-    for mark in SOLUTION_MARK.finditer(text):
-        out.append(text[pos : mark.start()])
-        if mark["kind"] == "start":
-            open_now = mark["number"] or ""
-            out.append(opening(open_now))
-        else:
-            open_now = None
-            out.append("\n\n</details>\n\n")
-        pos = mark.end()
-    out.append(text[pos:])
-    if open_now is not None:
-        out.append("\n\n</details>")
-    html = "".join(out)
-    # a solution part with nothing in it (e.g. only its {solution-end} in this cell)
-    html = re.sub(r"<details>\n<summary>[^<]*</summary>\s*</details>", "", html)
-    return re.sub(r"\n{3,}", "\n\n", html).strip("\n")
-
-
-def markdown_cell(text: str, page: Page) -> str:
-    """One markdown cell of the chapter as the notebook shows it: `jupyter_markdown`, then
-    its solutions wrapped in ``<details>``; ``page.cited`` lists its glue references."""
-    open_before, page.cited = page.solution, []
-    return wrap_solutions(jupyter_markdown(text, page), open_before)
-
-
-def clean_notebook(source: Path, citations: dict[str, list[str]] | None = None,
-                   *, student: bool = False) -> nbformat.NotebookNode:
-    """The chapter as a notebook: no outputs, only the metadata Jupyter/Colab need, markdown
-    cells in CommonMark (`jupyter_markdown`), the cells the module docstring lists added.
-    ``citations``, when given, receives ``{markdown cell id: [glue names it cites]}``;
-    ``student``: the student edition, every solution removed (`without_solutions`)."""
-    nb = jupytext.read(source, fmt="md:myst")
-    if student:
-        nb.cells = without_solutions(nb.cells)
-    page = Page(source)
-    cells, cited_by = [], []
-    for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            cell.source = markdown_cell(cell.source, page)
-            if not cell.source.strip():
-                continue
-            if page.cited:
-                cells.append(numbers_cell(page.cited))
-                cited_by.append([])
-        elif cell.cell_type == "code" and page.solution is not None:
-            number = f" {page.solution}" if page.solution else ""
-            cell.source = f"#@title Solution to Exercise{number}\n{cell.source}"
-            cell.metadata = COLLAPSED_CODE | {"tags": cell.metadata.get("tags", [])}
-        elif cell.cell_type == "code" and HIDDEN_INPUT & set(cell.metadata.get("tags", [])):
-            cell.source = collapsed_source(cell.source)
-            cell.metadata = COLLAPSED_CODE | {"tags": cell.metadata.get("tags", [])}
-        cells.append(cell)
-        cited_by.append([ref.split(":", 1)[0] for ref, _ in page.cited]
-                        if cell.cell_type == "markdown" else [])
-    # the title alone first (with the note about glued numbers), then the set-up cell
-    title = next(i for i, c in enumerate(cells) if c.cell_type == "markdown")
-    heading = re.search(r"^# .*$", cells[title].source, re.MULTILINE)
-    if heading is None:
-        raise ValueError(f"{source.relative_to(ROOT)}: no `# title` in its first markdown cell")
-    head = cells[title].source[: heading.end()]
-    rest = cells[title].source[heading.end():].strip("\n")
-    if page.glue_names:
-        head += "\n\n" + GLUE_NOTE.format(name=page.glue_names[0])
-    cells[title].source = head
-    has_code = any(c.cell_type == "code" for c in cells)
-    extra = [colab_cell()] if has_code else []
-    if rest:
-        extra.append(nbformat.v4.new_markdown_cell(rest))
-        cited_by[title], cited_by_rest = [], cited_by[title]
-    else:
-        cited_by_rest = []
-    cells[title + 1 : title + 1] = extra
-    cited_by[title + 1 : title + 1] = [[]] * has_code + ([cited_by_rest] if rest else [])
-    if rest and cited_by_rest:  # numbers for the text after the title go before it
-        raise ValueError(f"{source.relative_to(ROOT)}: the text before the first code cell "
-                         f"cites glued numbers {cited_by_rest}; no cell has computed them")
-    nb.cells = cells
-    nb.metadata = nbformat.from_dict(
-        {
-            "kernelspec": KERNELSPEC,
-            "language_info": {"name": "python"},
-            "colab": {"provenance": []},
-        }
-    )
-    for i, cell in enumerate(nb.cells):
-        cell.id = f"cell-{i}"
-        keep = {key: cell.metadata[key] for key in ("cellView", "jupyter", "tags")
-                if cell.metadata.get(key)}
-        cell.metadata = nbformat.from_dict(keep)
-        if cell.cell_type == "code":
-            cell.outputs = []
-            cell.execution_count = None
-        if citations is not None and cited_by[i]:
-            citations[cell.id] = cited_by[i]
-    nb.nbformat, nb.nbformat_minor = 4, 5
-    return nb
-
-
-def glue_citations(source: Path) -> dict[str, list[str]]:
-    """``{markdown cell id: [glue names its text cites]}`` of the chapter's notebook."""
-    citations: dict[str, list[str]] = {}
-    clean_notebook(source, citations)
-    return citations
-
-
-def notebook_text(source: Path) -> str:
-    return nbformat.writes(clean_notebook(source), version=4) + "\n"
-
-
-def target(source: Path) -> Path:
-    return NOTEBOOKS / f"{source.stem}.ipynb"
+def notebook_text(source: Path, *, student: bool = False) -> str:
+    """The chapter's notebook as `write` saves it (the student edition's with ``student``)."""
+    return nbformat.writes(clean_notebook(source, student=student), version=4) + "\n"
 
 
 def cells_of(nb: nbformat.NotebookNode) -> list[tuple[str, str, str]]:
@@ -603,139 +50,43 @@ def cells_of(nb: nbformat.NotebookNode) -> list[tuple[str, str, str]]:
             for cell in nb.cells]
 
 
-def install_urls(text: str) -> list[str]:
-    """Every ``git+URL`` that ``text`` installs from (the Colab cell, the README), without
-    the ``@ref`` that may follow the repository."""
-    return [url.split("@", 1)[0]
-            for url in re.findall(r"git\+(https?://[^\s\"'`)]+)", text)]
-
-
-def has_setup_cell(nb: nbformat.NotebookNode) -> bool:
-    """Whether a chapter has its own Colab set-up code (the notebooks get a generated one)."""
-    return any("google.colab" in c.source for c in nb.cells if c.cell_type == "code")
-
-
-def problems() -> list[str]:
-    """Everything `check` complains about (empty list: all good)."""
+def problems(*, student: bool = False) -> list[str]:
+    """Everything `check` complains about in notebooks/ (notebooks/student/ with
+    ``student``); an empty list: all good."""
     found = []
     sources = chapters()
+    folder = STUDENT_NOTEBOOKS if student else NOTEBOOKS
     for source in sources:
         rel = source.relative_to(ROOT)
-        if has_setup_cell(jupytext.read(source, fmt="md:myst")):
+        if not student and has_setup_cell(jupytext.read(source, fmt="md:myst")):
             found.append(f"{rel}: has a Colab set-up cell; delete it (the notebooks get "
                          f"{COLAB_CELL.relative_to(ROOT)}, generated)")
-        out = target(source)
+        out = target(source, student=student)
         if not out.is_file():
             found.append(f"{out.relative_to(ROOT)}: missing; run `make notebooks`")
             continue
         existing = nbformat.read(out, as_version=4)
-        if cells_of(existing) != cells_of(clean_notebook(source)):
+        if cells_of(existing) != cells_of(clean_notebook(source, student=student)):
             found.append(f"{out.relative_to(ROOT)}: out of date with {rel}; run `make notebooks`")
         elif any(c.get("outputs") for c in existing.cells):
             found.append(f"{out.relative_to(ROOT)}: has outputs; run `make notebooks` (your "
                          "own runs belong in lab/: `make lab`)")
     expected = {target(source).name for source in sources}
-    for stale in sorted(NOTEBOOKS.glob("*.ipynb")):
+    for stale in sorted(folder.glob("*.ipynb")):
         if stale.name not in expected:
             found.append(f"{stale.relative_to(ROOT)}: no chapter in _toc.yml; delete it")
     return found
 
 
-def write() -> None:
-    NOTEBOOKS.mkdir(exist_ok=True)
+def write(*, student: bool = False) -> None:
+    """Write every chapter's notebook that changed (into notebooks/student/ with ``student``)."""
+    (STUDENT_NOTEBOOKS if student else NOTEBOOKS).mkdir(parents=True, exist_ok=True)
     for source in chapters():
-        out = target(source)
-        text = notebook_text(source)
+        out = target(source, student=student)
+        text = notebook_text(source, student=student)
         if not out.is_file() or out.read_text(encoding="utf-8") != text:
             out.write_text(text, encoding="utf-8")
             print(f"wrote {out.relative_to(ROOT)}")
-
-
-# ---------------------------------------------------------------------------------------------
-# The student edition (make book-student, tools/grade.py): notebooks without solutions
-# ---------------------------------------------------------------------------------------------
-
-STUDENT_NOTEBOOKS = NOTEBOOKS / "student"
-#: An exercise's heading in the notebooks as `directive` writes it ("### Exercise 2",
-#: "### Exercise 1.2: title"): how tools/grade.py finds a notebook's exercises.
-EXERCISE_HEADING = re.compile(r"^#{1,6} Exercise (?P<number>\d+(?:\.\d+)*)\b", re.MULTILINE)
-
-
-def without_solutions(cells: list[nbformat.NotebookNode]) -> list[nbformat.NotebookNode]:
-    """A chapter's jupytext cells without its solutions: everything from a
-    ``{solution-start}`` directive to its ``{solution-end}`` (markdown and code cells, across
-    cells) and every ``{solution}`` directive; markdown cells left empty are dropped.
-    Plain code blocks are copied as they are (a directive inside one is text)."""
-    kept, inside = [], False
-    for cell in cells:
-        if cell.cell_type != "markdown":
-            if not inside:
-                kept.append(cell)
-            continue
-        lines, out, i = cell.source.split("\n"), [], 0
-        while i < len(lines):
-            code, opened = CODE_FENCE.match(lines[i]), DIRECTIVE.match(lines[i])
-            fence = code["fence"] if code else opened["fence"] if opened else None
-            end = i if fence is None else next(
-                (k for k in range(i + 1, len(lines)) if lines[k].strip() == fence),
-                len(lines) - 1)
-            name = opened["name"] if opened else None
-            if name in ("solution-start", "solution-end"):
-                inside = name == "solution-start"
-            elif name != "solution" and not inside:  # a {solution} block: skipped whole
-                out.extend(lines[i : end + 1])
-            i = end + 1
-        text = "\n".join(out).strip("\n")
-        if text:
-            kept.append(nbformat.from_dict({**cell, "source": text}))
-    return kept
-
-
-def exercise_numbers(markdown: str) -> list[str]:
-    """The numbers of the exercises whose headings a notebook markdown cell contains, in
-    order (``EXERCISE_HEADING``): ``["1.2"]`` for "### Exercise 1.2: ..."."""
-    return [match["number"] for match in EXERCISE_HEADING.finditer(markdown)]
-
-
-def student_notebook_text(source: Path) -> str:
-    return nbformat.writes(clean_notebook(source, student=True), version=4) + "\n"
-
-
-def student_target(source: Path) -> Path:
-    return STUDENT_NOTEBOOKS / f"{source.stem}.ipynb"
-
-
-def write_student() -> None:
-    """Write notebooks/student/NAME.ipynb, each chapter's notebook without its solutions."""
-    STUDENT_NOTEBOOKS.mkdir(parents=True, exist_ok=True)
-    for source in chapters():
-        out = student_target(source)
-        text = student_notebook_text(source)
-        if not out.is_file() or out.read_text(encoding="utf-8") != text:
-            out.write_text(text, encoding="utf-8")
-            print(f"wrote {out.relative_to(ROOT)}")
-
-
-def student_problems() -> list[str]:
-    """What `check` complains about in notebooks/student/ (as `problems` for notebooks/)."""
-    found = []
-    sources = chapters()
-    for source in sources:
-        out = student_target(source)
-        if not out.is_file():
-            found.append(f"{out.relative_to(ROOT)}: missing; run `make notebooks`")
-            continue
-        existing = nbformat.read(out, as_version=4)
-        if cells_of(existing) != cells_of(clean_notebook(source, student=True)):
-            found.append(f"{out.relative_to(ROOT)}: out of date with "
-                         f"{source.relative_to(ROOT)}; run `make notebooks`")
-        elif any(c.get("outputs") for c in existing.cells):
-            found.append(f"{out.relative_to(ROOT)}: has outputs; run `make notebooks`")
-    expected = {student_target(source).name for source in sources}
-    for stale in sorted(STUDENT_NOTEBOOKS.glob("*.ipynb")):
-        if stale.name not in expected:
-            found.append(f"{stale.relative_to(ROOT)}: no chapter in _toc.yml; delete it")
-    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -744,9 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "write":
         write()
-        write_student()
+        write(student=True)
         return 0
-    found = problems() + student_problems()
+    found = problems() + problems(student=True)
     for problem in found:
         print(problem, file=sys.stderr)
     if not found:

@@ -34,8 +34,10 @@ from sphinx.config import Config
 from sphinx.util import logging
 from sphinx_exercise.nodes import solution_end_node, solution_node, solution_start_node
 
-from tools.book_extension import colab_url
-from tools.notebooks import ROOT, is_notebook, repository
+from tools.colab import colab_url
+from tools.paths import ROOT
+from tools.project import repository
+from tools.toc import is_notebook
 
 logger = logging.getLogger(__name__)
 

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Vendor axe-core, the accessibility rules engine the browser tests run on every page
-# (tests/test_site.py), into tests/vendor/axe-core/, so that `make test` needs no network.
+# (tests/site/test_site.py), into tests/vendor/axe-core/, so that `make test` needs no network.
 # Re-run to refresh it (the version is pinned below; needs npm and network):
 #   bash tools/vendor_axe.sh
 set -euo pipefail
+if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
+  sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
 AXE_CORE=4.14.1
 
 root="$(cd "$(dirname "$0")/.." && pwd)"

@@ -7,6 +7,10 @@
 # - MathJax 3 (tex-chtml component, CHTML woff-v2 fonts, TeX extensions, a11y + ui modules it may
 #   load on demand): mathjax_path in _config.yml.
 set -euo pipefail
+if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
+  sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
 HTML_MANAGER=1.0.15
 REQUIREJS=2.3.8
 MATHJAX=3.2.2

@@ -33,7 +33,8 @@ from typing import Any
 import jupytext
 from tabulate import tabulate
 
-from tools.notebooks import ROOT, toc_files
+from tools.paths import ROOT
+from tools.toc import toc_files
 
 _WIDGET_CALL = re.compile(r"^(?!\s*(?:from|import)\b).*\binteractive_figure\s*\(", re.M)
 

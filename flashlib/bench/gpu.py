@@ -20,7 +20,7 @@ gets a row with the reason.  The JSON file (:mod:`flashlib.gpu.results`) records
 driver, CUDA, torch, triton and flash-attn versions, the date and flashlib's commit.
 
 Without a CUDA GPU the command says so and exits with status 1 (the kernels still run in
-Triton's interpreter: ``pytest tests/test_gpu_parity.py``).
+Triton's interpreter: ``pytest tests/gpu/test_parity.py``).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ PASS_CHOICES = ("fwd", "fwd+bwd")
 TOKENS, HIDDEN = 16384, 2048
 NO_CUDA = ("python -m flashlib.bench gpu needs a CUDA GPU, and torch sees none on this machine"
            " ({why}). Without one the Triton kernels run only in Triton's interpreter, for "
-           "correctness, not speed: pytest tests/test_gpu_parity.py")
+           "correctness, not speed: pytest tests/gpu/test_parity.py")
 
 
 class Case(NamedTuple):

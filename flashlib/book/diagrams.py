@@ -126,7 +126,8 @@ class Diagram:
         alt = html.escape(self.alt)
         return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_fmt(self.width)} '
                 f'{_fmt(self.height)}" role="img" aria-label="{alt}" fill="currentColor" '
-                f'font-family="sans-serif"><title>{alt}</title>{marker}'
+                f'font-family="sans-serif" style="max-width:30rem;height:auto">'
+                f'<title>{alt}</title>{marker}'
                 f'{"".join(self.parts)}</svg>')
 
     def _repr_html_(self) -> str:
@@ -313,7 +314,8 @@ def launch_grid_diagram(n: int, B_r: int, B_c: int, causal: bool, program: int) 
     """The forward kernel's launch grid for one batch x head at sequence length n: one row per
     program (query block of B_r rows), one column per key tile of B_c keys, each cell skipped,
     full or masked (:func:`flashlib.gpu.grid.tile_map`), and what program ``program`` keeps
-    where.  Needs no torch or triton."""
+    where.  ``program`` counts from 0, as the code does; the diagram numbers the programs from
+    1, as the reader counts blocks (``program=5`` is program 6).  Needs no torch or triton."""
     from flashlib.gpu.grid import FULL, MASKED, SKIPPED, tile_counts, tile_map
 
     tiles = tile_map(n, n, B_r, B_c, causal)
@@ -328,7 +330,8 @@ def launch_grid_diagram(n: int, B_r: int, B_c: int, causal: bool, program: int) 
     alt = (f"A grid of {rows} rows, the programs, by {cols} columns, the key tiles, for n = {n}"
            f" and tiles of {B_r} by {B_c}{', causal' if causal else ''}: "
            f"{counts['visited']} of {counts['all']} tiles are visited, {counts['masked']} of "
-           f"them masked, {counts['skipped']} skipped above the diagonal. Program {program} is "
+           f"them masked, {counts['skipped']} skipped above the diagonal. Program "
+           f"{program + 1} is "
            f"highlighted: it loads its Q_i once, streams {visits} K_j, V_j tiles, keeps m_i, l_i "
            "and acc in registers and writes O_i and L_i once.")
     caption = (f"The launch grid at n = {n}, B_r × B_c = {B_r} × {B_c}"
@@ -340,7 +343,7 @@ def launch_grid_diagram(n: int, B_r: int, B_c: int, causal: bool, program: int) 
     dg.text(0, 30, "(i ↓)")
     fills = {FULL: OKABE_ITO["blue"], MASKED: OKABE_ITO["orange"]}
     for i in range(rows):
-        dg.text(x0 - 8, y0 + (i + 0.5) * cell + 4, str(i), anchor="end")
+        dg.text(x0 - 8, y0 + (i + 0.5) * cell + 4, str(i + 1), anchor="end")  # from 1
         for j in range(cols):
             code = int(tiles[i, j])
             dg._el("rect", x=_fmt(x0 + j * cell + 1), y=_fmt(y0 + i * cell + 1),
@@ -359,7 +362,7 @@ def launch_grid_diagram(n: int, B_r: int, B_c: int, causal: bool, program: int) 
     dg._el("rect", x="184", y=_fmt(top - 11), width=12, height=12, rx=2, fill="none",
            stroke="currentColor", stroke_width=0.6, stroke_opacity=0.45)
     dg.text(201, top, "skipped")
-    lines = (f"Program {program} (framed): Q_i loaded once;",
+    lines = (f"Program {program + 1} (framed): Q_i loaded once;",
              f"{visits} K_j, V_j tiles streamed through;",
              "m_i, l_i, acc kept in registers;",
              "O_i and L_i written once, at the end.")
@@ -498,21 +501,24 @@ def ladder_diagram(d: int, B_r: int, B_c: int, d_v: int) -> Diagram:
 def _tile_step(order: str, B_r: int, B_c: int, T: int, tile: tuple[int, int]
                ) -> tuple[list[tuple[int, int]], tuple[tuple[str, int | None], ...], list[str]]:
     """Run ``order`` on a T B_r x T B_c problem with a counting memory; return the tiles in
-    the order computed, what SRAM holds during ``tile`` (from the log's ``held``) and the
-    blocks written to HBM between ``tile`` and the next one."""
+    the order computed (0-based, as the code counts), what SRAM holds during ``tile`` (from
+    the log's ``held``) and the blocks written to HBM between ``tile`` and the next one, these
+    two with their blocks counted from 1, as the reader sees them."""
     from flashlib.studies.tiling import random_problem, run_counted  # lazy: numerics
 
     log = run_counted(order, *random_problem(T * B_r, T * B_c, 2), B_r, B_c).mem.log
     tiles = [(e.i, e.j) for e in log if e.op == "tile"]
     at = next(k for k, e in enumerate(log) if e.op == "tile" and (e.i, e.j) == tile)
-    # on-chip arrays are logged by their names ("O_i"), blocks by array and index ("O", 1)
-    held = tuple((name.removesuffix("_i"), b) for name, b in log[at].held)
+    # on-chip arrays are logged by their names ("O_i"), blocks by array and 0-based index
+    # ("O", 1); the reader sees blocks counted from 1, as in the papers ("O_2")
+    held = tuple((name.removesuffix("_i"), None if b is None else b + 1)
+                 for name, b in log[at].held)
     writes = []
     for e in log[at + 1:]:
         if e.op == "tile":
             break
         if e.op == "write":
-            writes.append(f"{e.name}_{e.i}")
+            writes.append(f"{e.name}_{e.i + 1}")
     return tiles, held, writes
 
 
@@ -522,10 +528,11 @@ def tiling_diagram(B_r: int = 2, B_c: int = 2, T: int = 4, tile: tuple[int, int]
     tiles already computed, what SRAM holds during the tile and what goes back to HBM after it,
     each read from the event log of the teaching function run on a counting memory
     (:func:`flashlib.studies.tiling.run_counted`): Algorithm 1 ("v1") above, FlashAttention-2
-    ("v2") below."""
-    i, j = tile
-    if not (0 <= i < T and 0 <= j < T):
+    ("v2") below. ``tile`` counts from 0, as the code does; the diagram, its alt text and its
+    caption count blocks from 1, as the papers' boxes do (``tile=(1, 2)`` is tile (2, 3))."""
+    if not (0 <= tile[0] < T and 0 <= tile[1] < T):
         raise ValueError(f"tile: expected (i, j) with 0 <= i, j < T = {T}, got {tile}")
+    i, j = tile[0] + 1, tile[1] + 1  # as the reader counts
     panels = []
     for order, title, loop in (
             ("v1", "Algorithm 1 (FlashAttention)", "outer loop: K_j, V_j; inner: Q_i"),
@@ -541,9 +548,10 @@ def tiling_diagram(B_r: int = 2, B_c: int = 2, T: int = 4, tile: tuple[int, int]
            f"{', '.join(f'{a}_{b}' if b is not None else a for a, b in panels[1][4])}, and it "
            f"writes {', '.join(v2_writes) or 'nothing'} after this tile: O_{i} and L_{i} go "
            f"to HBM once, after the row's last tile.")
-    caption = (f"One step, tile ({i}, {j}), of each loop order, read from the event log of "
-               "the teaching functions: Algorithm 1 writes O_i, l_i, m_i back after every "
-               "tile; FlashAttention-2 keeps them on chip until its row of tiles is done.")
+    caption = (f"One step, tile ({i}, {j}) (blocks counted from 1, as in the boxes), of each "
+               "loop order, read from the event log of the teaching functions: Algorithm 1 "
+               "writes O_i, l_i, m_i back after every tile; FlashAttention-2 keeps them on chip "
+               "until its row of tiles is done.")
     dg = Diagram(2 * 200 + 8, alt=alt, caption=caption)
     cell = 26
     for p, (_order, title, loop, tiles, held, writes) in enumerate(panels):
@@ -570,7 +578,7 @@ def tiling_diagram(B_r: int = 2, B_c: int = 2, T: int = 4, tile: tuple[int, int]
         after = ", ".join(writes) if writes else "nothing"
         dg.box(140, top + 142, 220, 40, "", fill="blue")
         dg.text(148, top + 158, "then written to HBM:", bold=True)
-        dg.text(148, top + 175, after if writes else f"nothing (O_{i}, L_{i} after j = {T - 1})")
+        dg.text(148, top + 175, after if writes else f"nothing (O_{i}, L_{i} after j = {T})")
     dg.text(0, 402, "blue: tiles computed before; orange: the tile now")
     return dg
 

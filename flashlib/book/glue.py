@@ -4,7 +4,7 @@ glue        myst-nb's ``glue`` when myst-nb is installed (the book build); elsew
             plain Jupyter) it only records the value, so the chapters run without myst-nb
 glued       the values recorded by :func:`glue` in this kernel, by name
 print_glued prints ``name = value`` for glued values as the text formats them: the generated
-            notebooks call it before each text cell that cites them (tools/notebooks.py)
+            notebooks call it before each text cell that cites them (tools/convert.py)
 """
 
 from __future__ import annotations

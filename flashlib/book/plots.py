@@ -8,12 +8,16 @@ Nothing numeric lives here: chapters compute with flashlib's numeric modules, th
     ax.plot(x, y)
     show(fig, alt="Line plot of ...")   # last expression of a cell: the figure, with alt text
 
-Figures are designed for a phone's column as much as a desktop's: the default figure is 5.2 in
-wide at 10 pt, so that text keeps about 9.5 px when a 390 px wide phone shows the figure 358 px
-wide (text size there = points x 358 / (72 x width in inches)). Two panels go one above the
-other (``new_figure(2, 1, figsize=(5.2, 5.6))``), not side by side. Every PNG is shown as a
-palette PNG (:func:`light_png`, about a quarter of the bytes) and carries its smallest text
-size in pixels (``data-text-px``), which the browser tests check at 390 px.
+Figures are designed for a phone's column as much as a desktop's. A figure's designed size is
+its size in inches at :data:`DPI` (96) CSS pixels per inch: the default, 4.8 in wide
+(:data:`FIGSIZE`), is shown 461 px wide on a desktop and at least 0.75 of that, 358 px, on a
+390 px phone, where 10 pt text keeps about 10 px (text size there = points x 358 / (72 x width
+in inches)); no figure should be wider than 4.9 in. Two panels go one above the other
+(``new_figure(2, 1, figsize=(4.8, 5.6))``), not side by side. Every PNG is drawn at
+:data:`SCALE` (2) times its designed size, so that it stays crisp on a 2x (retina) screen, and
+shown at its designed size (``width`` and ``height`` on its image); it is a palette PNG
+(:func:`light_png`, about a quarter of the bytes) and carries its smallest text size in CSS
+pixels at its designed size (``data-text-px``), which the browser tests check at 390 px.
 """
 
 from __future__ import annotations
@@ -37,10 +41,14 @@ OKABE_ITO: dict[str, str] = {
 }
 PALETTE: list[str] = list(OKABE_ITO.values())
 
-#: Resolution of the PNGs shown in the book and in widgets.
+#: CSS pixels per inch of a figure's designed size (the web's 96 px per inch).
 DPI = 96
+#: PNGs are drawn at SCALE x their designed size (crisp on a 2x screen), shown at that size.
+SCALE = 2
+#: Resolution at which the PNGs are drawn.
+RENDER_DPI = DPI * SCALE
 #: The book's default figure size in inches (see the module docstring: legible on a phone).
-FIGSIZE = (5.2, 3.4)
+FIGSIZE = (4.8, 3.2)
 #: Colours of a palette PNG (:func:`light_png`): enough for anti-aliased text and lines.
 PNG_COLORS = 128
 
@@ -55,7 +63,7 @@ def use_book_style() -> None:
             "axes.prop_cycle": cycler(color=PALETTE),
             "image.cmap": "viridis",  # perceptually uniform, colour-blind safe
             "figure.figsize": FIGSIZE,
-            "figure.dpi": DPI,
+            "figure.dpi": RENDER_DPI,
             "axes.spines.top": False,
             "axes.spines.right": False,
             "axes.grid": True,
@@ -116,12 +124,13 @@ def figure_png(fig: Any) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     buf = io.BytesIO()
-    if layout_frozen(fig) and isinstance(fig.canvas, FigureCanvasAgg) and fig.dpi == DPI:
+    if (layout_frozen(fig) and isinstance(fig.canvas, FigureCanvasAgg)
+            and fig.dpi == RENDER_DPI):
         # savefig would draw twice (a layout pass first); with the layout frozen one draw
         # suffices, and the figure's own canvas reuses its renderer.
         fig.canvas.print_png(buf, metadata={"Software": None})
     else:
-        fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+        fig.savefig(buf, format="png", dpi=RENDER_DPI, metadata={"Software": None})
     close(fig)
     return buf.getvalue()
 
@@ -141,9 +150,10 @@ def light_png(png: bytes, colors: int = PNG_COLORS) -> bytes:
 
 
 def text_px(fig: Any) -> float | None:
-    """Height in pixels of the smallest visible text of a drawn figure, at :data:`DPI` (font
-    size in points x DPI / 72); None for a figure without text. Shown as ``data-text-px`` on
-    its image, so the browser tests can check how small it gets on a phone."""
+    """Height in CSS pixels of the smallest visible text of a drawn figure at its designed
+    size (font size in points x :data:`DPI` / 72); None for a figure without text. Shown as
+    ``data-text-px`` on its image, so the browser tests can check how small it gets on a
+    phone."""
     from matplotlib.text import Text
 
     def shown(text: Text) -> bool:
@@ -164,24 +174,45 @@ def close(fig: Any) -> None:
         plt.close(fig)
 
 
+def designed_size(png: bytes) -> tuple[int, int]:
+    """The CSS size (width, height) at which a PNG drawn at :data:`SCALE` x is shown."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as image:
+        width, height = image.size
+    return round(width / SCALE), round(height / SCALE)
+
+
+def img_tag(png: bytes, alt: str, text_px: float | None = None, css_class: str = "") -> str:
+    """``<img>`` of a PNG drawn at :data:`SCALE` x: inline (a data URL), its designed size as
+    ``width`` and ``height`` (scaled down to the column's width, never up), its smallest text
+    size as ``data-text-px``."""
+    width, height = designed_size(png)
+    data = base64.b64encode(png).decode("ascii")
+    size = "" if text_px is None else f' data-text-px="{text_px}"'
+    cls = f' class="{css_class}"' if css_class else ""
+    return (f'<img src="data:image/png;base64,{data}" alt="{html.escape(alt)}"{cls} '
+            f'width="{width}" height="{height}"{size} style="max-width:100%;height:auto">')
+
+
 class StaticFigure:
     """A rendered figure with alt text; shows as ``<img alt=...>`` in notebooks and the book.
 
-    ``text_px``: the smallest text height in pixels (:func:`text_px`), as ``data-text-px``."""
+    ``png`` is drawn at :data:`SCALE` x its designed size and shown at that size;
+    ``text_px``: the smallest text height in CSS pixels (:func:`text_px`), as
+    ``data-text-px``."""
 
     def __init__(self, png: bytes, alt: str, text_px: float | None = None):
         self.png = png
         self.alt = alt
         self.text_px = text_px
 
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+    def _repr_mimebundle_(self, include=None, exclude=None) -> tuple[dict[str, str], dict]:
         data = base64.b64encode(self.png).decode("ascii")
-        size = "" if self.text_px is None else f' data-text-px="{self.text_px}"'
-        img = (
-            f'<img src="data:image/png;base64,{data}" alt="{html.escape(self.alt)}" '
-            f'class="flashlib-figure"{size} style="max-width:100%;height:auto">'
-        )
-        return {"text/html": img, "image/png": data, "text/plain": f"<figure: {self.alt}>"}
+        width, height = designed_size(self.png)
+        img = img_tag(self.png, self.alt, self.text_px, "flashlib-figure")
+        bundle = {"text/html": img, "image/png": data, "text/plain": f"<figure: {self.alt}>"}
+        return bundle, {"image/png": {"width": width, "height": height}}
 
 
 def check_alt(alt: Any) -> None:

@@ -19,7 +19,8 @@ The returned :class:`InteractiveFigure`, as a cell's last expression, shows
   an ``Output`` in which the figure is redrawn whenever a slider moves, and the caption;
 - when the book is built (:func:`flashlib.book.site.static_site`): a self-contained ``<figure>``
   with every frame of the slider grid precomputed as a palette PNG
-  (:func:`flashlib.book.plots.light_png`), a range input per slider, the caption as its
+  (:func:`flashlib.book.plots.light_png`, drawn at twice its designed size and shown at it, as
+  every figure of the book: crisp on a 2x screen), a range input per slider, the caption as its
   ``<figcaption>`` and a few lines of JavaScript (js/frames.js) that switch frames and alt
   texts. With JavaScript off the default frame is shown, the controls stay hidden and a note
   says that the sliders need JavaScript. No kernel, no request.
@@ -64,8 +65,10 @@ from typing import Any
 from flashlib.book.plots import (
     check_alt,
     check_figure,
+    designed_size,
     figure_png,
     freeze_layout,
+    img_tag,
     layout_frozen,
     light_png,
     text_px,
@@ -234,28 +237,30 @@ class InteractiveFigure(_Figure):
             self._text_px = text_px(fig)
         return png
 
-    def frames(self) -> tuple[list[str], list[int]]:
-        """Unique base64 palette-PNG frames and, for each grid point, the index of its frame."""
-        seen: dict[str, int] = {}  # frame -> its index; dicts keep insertion order
+    def frames(self) -> tuple[list[bytes], list[int]]:
+        """Unique palette-PNG frames and, for each grid point, the index of its frame."""
+        seen: dict[bytes, int] = {}  # frame -> its index; dicts keep insertion order
         index = []
         for values in self.grid:
-            png = base64.b64encode(light_png(self.render(values))).decode("ascii")
+            png = light_png(self.render(values))
             index.append(seen.setdefault(png, len(seen)))
         return list(seen), index
 
     def to_html(self) -> str:
-        """The static, kernel-free version: range inputs + precomputed frames + a little JS."""
+        """The static, kernel-free version: range inputs + precomputed frames + a little JS.
+        The frames are data URLs (the book's Sphinx extension moves them into files of the
+        site, loaded when a slider reaches them)."""
         frames, index = self.frames()
         alts: dict[str, int] = {}
         alt_index = [alts.setdefault(self.alt_for(values), len(alts)) for values in self.grid]
         labels = [[str(v) for v in values] for values in self.sliders.values()]
-        payload = _json_script({"labels": labels, "frames": frames, "index": index,
+        urls = ["data:image/png;base64," + base64.b64encode(png).decode("ascii")
+                for png in frames]
+        payload = _json_script({"labels": labels, "frames": urls, "index": index,
                                 "alts": list(alts), "altIndex": alt_index})
         uid = _uid(payload, self.caption)
         first = self.grid.index(self.defaults)
-        size = "" if self._text_px is None else f' data-text-px="{self._text_px}"'
-        img = (f'<img src="data:image/png;base64,{frames[index[first]]}"{size} '
-               f'alt="{html.escape(self.alt_for(self.defaults))}">')
+        img = img_tag(frames[index[first]], self.alt_for(self.defaults), self._text_px)
         note = ("The sliders of this figure need JavaScript; it shows "
                 f"{_value_text(self.defaults, self.labels)}.")
         return self._figure(uid, img + self._nojs(note), payload, _js("frames"))
@@ -287,9 +292,10 @@ class InteractiveFigure(_Figure):
             values = {name: c.value for name, c in controls.items()}
             key = tuple(str(v) for v in values.values())
             png = cache[key] = cache.get(key) or self.render(values)
+            width, height = designed_size(png)  # drawn at 2x: shown at its designed size
             with out:
                 out.clear_output(wait=True)
-                display(Image(data=png, format="png"))
+                display(Image(data=png, format="png", width=width, height=height))
 
         for control in controls.values():
             control.observe(redraw, names="value")

@@ -41,7 +41,6 @@ __all__ = [
     "FLOOR",
     "error_stats",
     "error_floor",
-    "error_ratio",
     "assert_error_within",
 ]
 
@@ -146,16 +145,6 @@ def _metric(metric: str) -> int:
     if metric not in _METRICS:
         raise ValueError(f"metric must be 'max' or 'rms', got {metric!r}")
     return _METRICS.index(metric)
-
-
-def error_ratio(out: Any, baseline: Any, ref: Any, *, metric: str = "max") -> float:
-    """``err(out) / err(baseline)``, both against ``ref``: at most 2 passes flash-attn's rule.
-
-    out, baseline, ref: arrays of one shape; metric: "max" (flash-attn's) or "rms".
-    ``inf`` when the baseline is exact and ``out`` is not; 0.0 when both are exact.
-    """
-    k = _metric(metric)
-    return _ratio(error_stats(out, ref)[k], error_stats(baseline, ref)[k])
 
 
 def assert_error_within(

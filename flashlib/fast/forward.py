@@ -519,7 +519,7 @@ def flash_attention(
 
 def run_forward(p: Problem, workers: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """o (B, n_q, d_v) and lse (B, n_q) of a validated problem, with the overflow fallback;
-    ``workers`` threads (default: :func:`flashlib.threads.worker_count`)."""
+    ``workers`` threads (default: :func:`flashlib.core.threads.worker_count`)."""
     with np.errstate(over="ignore", invalid="ignore"):
         o, lse = _forward(p, base2=True, workers=workers)
         if not results_are_finite(o, stats=lse):  # rare: huge scores or values, see the docstring

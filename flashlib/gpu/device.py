@@ -27,6 +27,7 @@ import importlib.util
 import itertools
 import os
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 
@@ -135,7 +136,8 @@ class Capabilities:
         return None
 
     def summary(self) -> str:
-        """A few plain lines for a page or a terminal."""
+        """A few plain lines for a page or a terminal, none over 76 columns (a page's code
+        column)."""
         where = {
             "cuda": f"compiled for {self.device_name} (compute capability "
                     f"{'.'.join(map(str, self.compute_capability or ()))})",
@@ -147,7 +149,7 @@ class Capabilities:
                  f"flash-attn: {'yes' if self.flash_attn else 'no'}; "
                  f"PyTorch SDPA: {'yes' if self.sdpa else 'no'}."]
         lines += list(self.notes)
-        return "\n".join(lines)
+        return "\n".join(textwrap.fill(line, 76, subsequent_indent="  ") for line in lines)
 
 
 def _version(text: str | None) -> tuple[int, ...]:

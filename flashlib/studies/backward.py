@@ -28,7 +28,7 @@ Needs numpy only.  torch autograd, where the ladder uses it, is passed in as a f
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -43,7 +43,7 @@ from flashlib.algorithms import (
 )
 from flashlib.core.checks import check_float_dtype, check_int
 from flashlib.core.constants import LN2, LOG2E, compute_dtype
-from flashlib.core.hbm import PlainMemory
+from flashlib.core.hbm import LoopTracker
 from flashlib.fast.backward import flash_attention_backward
 from flashlib.fast.forward import flash_attention
 from flashlib.fast.naive import naive_attention, naive_attention_backward
@@ -319,28 +319,23 @@ def gradient_ladder(cases: Sequence[LadderCase] = LADDER_CASES, *,
     return [{"step": s, "errors": table[s], "note": notes.get(s, "")} for s in steps]
 
 
-class ProgramOrder(PlainMemory):
-    """Plain numpy memory whose outermost loops visit their blocks in a random order, as the
-    programs of a GPU launch finish in a different order from one run to the next.  Loops
-    inside a program keep their order (one program runs its own loop in sequence).  Pass it
-    as ``mem`` to a teaching function; a new ``rng`` state gives a new order.  (One order
-    for every dQ_i here; on a GPU each dQ_i's atomic adds may land in an order of their own:
-    more variety, the same effect.)"""
+class ProgramOrder(LoopTracker):
+    """Runs a teaching function on numpy arrays with its outermost loops visiting their
+    blocks in a random order, as the programs of a GPU launch finish in a different order from
+    one run to the next: ``ProgramOrder(rng).run(flash2_backward, Q, K, ...)``.  Loops inside
+    a program keep their order (one program runs its own loop in sequence); a new ``rng``
+    state gives a new order.  (One order for every dQ_i here; on a GPU each dQ_i's atomic
+    adds may land in an order of their own: more variety, the same effect.)"""
 
     def __init__(self, rng: np.random.Generator) -> None:
+        super().__init__()
         self.rng = rng
-        self.depth = 0
 
-    def blocks(self, B: int, *arrays: np.ndarray) -> Iterator[tuple[Any, ...]]:
-        starts = list(range(0, len(arrays[0]), B))
-        if self.depth == 0:
-            self.rng.shuffle(starts)
-        self.depth += 1
-        try:
-            for i in starts:
-                yield (i, *[X[i : i + B] for X in arrays])
-        finally:
-            self.depth -= 1
+    def _order(self, r: range, outermost: bool) -> Iterable[int]:
+        values = list(r)
+        if outermost:
+            self.rng.shuffle(values)
+        return values
 
 
 def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -398,7 +393,8 @@ def determinism_table(n: int = 256, d: int = 64, B_r: int = 32, B_c: int = 32,
             q, k, v, do = (x.astype(dtype) for x in (Q, K, V, dO))
             O, L = flash2_forward(q, k, v, B_r, B_c)
             rng = np.random.default_rng(seed + 1)
-            results = [fn(q, k, v, O, L, do, B_r, B_c, ProgramOrder(rng)) for _ in range(runs)]
+            results = [ProgramOrder(rng).run(fn, q, k, v, O, L, do, B_r, B_c)
+                       for _ in range(runs)]
             dq0 = results[0][0]
             ulps = np.max([ulp_distance(r[0], dq0) for r in results], axis=0)
             bins = np.digitize(ulps, [1, 2, 3, 5, 9])  # 0, 1, 2, 3-4, 5-8, > 8 ulps

@@ -49,7 +49,6 @@ __all__ = [
     "A100_SRAM_BANDWIDTH",
     "ridge_point",
     "attention_flops",
-    "arithmetic_intensity",
     "roofline",
 ]
 
@@ -413,11 +412,6 @@ def attention_flops(n_q: int, n_k: int, d: int, *, causal: bool = False) -> floa
     and an add each), halved when causal."""
     flops = 4.0 * n_q * n_k * d
     return flops / 2 if causal else flops
-
-
-def arithmetic_intensity(flops: float, elements: int, bytes_per_element: int) -> float:
-    """FLOPs per byte of HBM traffic."""
-    return flops / (elements * bytes_per_element)
 
 
 def roofline(gpu: GPU, flops: float, bytes_moved: float) -> dict[str, Any]:

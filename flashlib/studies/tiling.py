@@ -1,4 +1,4 @@
-"""The tiling chapter's experiments: the teaching functions run against a counting memory, and
+"""The tiling chapter's experiments: the teaching functions run by a counting memory, and
 their event log is what the tiling chapter counts, animates (:mod:`flashlib.book.widget_data`)
 and tests.
 
@@ -111,15 +111,12 @@ def _run_counted(order: str, Q: np.ndarray, K: np.ndarray, V: np.ndarray, B_r: i
         O, L = flash2_forward(Q, K, V, B_r, B_c)
         args = mem.inputs(Q=Q, K=K, V=V, O=O, L=L, dO=dO)
         fn = flash2_backward if order == "backward" else two_pass_backward
-        return CountedRun(tuple(np.asarray(g) for g in fn(*args, B_r, B_c, mem)), mem)
+        return CountedRun(mem.run(fn, *args, B_r, B_c), mem)
     q, k, v = mem.inputs(Q=Q, K=K, V=V)
     if order == "standard":
-        out: Any = np.asarray(standard_attention(q, k, v, mem))
-    elif order == "v1":
-        out = np.asarray(flash1_forward(q, k, v, B_r, B_c, mem))
-    else:
-        out = tuple(np.asarray(x) for x in flash2_forward(q, k, v, B_r, B_c, mem))
-    return CountedRun(out, mem)
+        return CountedRun(mem.run(standard_attention, q, k, v), mem)
+    fn = flash1_forward if order == "v1" else flash2_forward
+    return CountedRun(mem.run(fn, q, k, v, B_r, B_c), mem)
 
 
 def random_problem(n_q: int, n_k: int, d: int, seed: int = 0, dtype: Any = np.float64
@@ -188,56 +185,61 @@ def count_io(N: int, d: int, M: int | None, order: str, *, rule: str = "fit",
 
 
 class _RoundsMemory(CountingMemory):
-    """Workers sharing one HBM, in rounds: in each round every worker runs one iteration of
-    the outer loop.  ``concurrent``: all of a round's loads see HBM as it was when the round
-    began and its writes land when it ends, in worker order (two programs running at the same
-    time); otherwise each worker sees the writes of those before it (one after the other)."""
+    """Workers sharing one HBM, in rounds: in each round every worker runs the teaching
+    function on one block of its outer loop (the outermost loop visits only that block).
+    ``concurrent``: all of a round's loads see HBM as it was when the round began and its
+    writes land when it ends, in worker order (programs running at the same time); otherwise
+    each worker sees the writes of those before it (one after the other).  The arrays a run
+    allocates are allocated once and shared, as a host allocates (and initialises) them
+    before the launch."""
 
     def __init__(self, concurrent: bool) -> None:
         super().__init__()
         self.concurrent = concurrent
-        self.shared: dict[str, HBMArray] = {}
+        self.shared: list[HBMArray] = []  # the allocations, in the order a run makes them
         self.outer_block = 0
         self.worker = 0
-        self._snapshot: dict[str, np.ndarray] = {}
-        self._pending: list[tuple[int, HBMArray, int, np.ndarray]] = []
+        self._allocations = 0
+        self._snapshot: dict[int, np.ndarray] = {}
+        self._pending: list[tuple[int, HBMArray, int, int, np.ndarray]] = []
 
-    def full(self, name: str, shape: tuple[int, ...], fill: float, dtype: Any) -> HBMArray:
-        if name not in self.shared:  # initialised once, as a host would before the launch
-            self.shared[name] = super().full(name, shape, fill, dtype)
-        return self.shared[name]
+    def _start(self) -> None:
+        super()._start()
+        self._allocations = 0
 
-    def empty(self, name: str, shape: tuple[int, ...], dtype: Any) -> HBMArray:
-        if name not in self.shared:
-            self.shared[name] = super().empty(name, shape, dtype)
-        return self.shared[name]
+    def _allocate(self, data: np.ndarray, written: bool, caller: Any) -> HBMArray:
+        k, self._allocations = self._allocations, self._allocations + 1
+        if k < len(self.shared):  # allocated by an earlier run: the same array
+            return self.shared[k]
+        self.shared.append(super()._allocate(data, written, caller))
+        return self.shared[-1]
 
-    def _starts(self, n: int, B: int, outermost: bool) -> Iterable[int]:
+    def _order(self, r: range, outermost: bool) -> Iterable[int]:
         if outermost:  # this worker's one block of the outer loop in this round
-            start = self.outer_block * B
-            return [start] if start < n else []
-        return range(0, n, B)
+            start = r.start + self.outer_block * r.step
+            return [start] if start < r.stop else []
+        return r
 
-    def _source(self, X: HBMArray) -> np.ndarray:
-        return self._snapshot.get(X.name, X.data) if self.concurrent else X.data
+    def _source(self, root: HBMArray) -> np.ndarray:
+        if self.concurrent and id(root) in self._snapshot:
+            return self._snapshot[id(root)]
+        return super()._source(root)
 
-    def write(self, X: HBMArray, i: int, value: np.ndarray) -> None:
+    def _write(self, root: HBMArray, start: int, stop: int, value: np.ndarray) -> None:
         if not self.concurrent:
-            return super().write(X, i, value)
-        value = np.array(value)
-        self._traffic("write", X.name, self._block_index(X.name, i), len(value), value.size)
-        self._pending.append((self.worker, X, i, value))
+            return super()._write(root, start, stop, value)
+        self._pending.append((self.worker, root, start, stop, np.array(value)))
 
     def begin_round(self) -> None:
-        self._snapshot = {name: X.data.copy() for name, X in self.shared.items()}
+        self._snapshot = {id(X): X.data.copy() for X in self.shared}
 
     def end_round(self) -> int:
         """Apply the round's writes in worker order; return the lost updates: writes to a
         block that another worker of the round also wrote (only the last one survives)."""
         writers: dict[tuple[str, int], set[int]] = {}
-        for worker, X, i, value in self._pending:
-            X.data[i : i + len(value)] = value
-            writers.setdefault((X.name, i), set()).add(worker)
+        for worker, X, start, stop, value in self._pending:
+            super()._write(X, start, stop, value)
+            writers.setdefault((X.name, start), set()).add(worker)
         self._pending = []
         return sum(len(w) - 1 for w in writers.values())
 
@@ -255,7 +257,9 @@ def simulate_parallel_outer_loop(order: str, Q: np.ndarray, K: np.ndarray, V: np
                                  B_r: int, B_c: int, *, workers: int = 2,
                                  concurrent: bool = True) -> ParallelRun:
     """Parallelise the outer loop of ``order`` across ``workers``, each running the teaching
-    function itself on its own outer blocks (worker w takes blocks w, w + workers, ...).
+    function itself on its own outer blocks (worker w takes blocks w, w + workers, ...): one
+    run of the function per block, whose outermost loop visits only that block, all runs on
+    one shared HBM.
 
     "v1" (outer loop over K/V blocks): every worker updates every O_i, l_i, m_i, so with
     ``concurrent`` workers (a round's reads all see HBM as it was before the round's writes)
@@ -270,16 +274,15 @@ def simulate_parallel_outer_loop(order: str, Q: np.ndarray, K: np.ndarray, V: np
     n_outer = -(-len(K) // B_c) if order == "v1" else -(-len(Q) // B_r)
     rounds = -(-n_outer // workers)
     lost = 0
+    fn = flash1_forward if order == "v1" else flash2_forward
     for r in range(rounds):
         mem.begin_round()
         for w in range(min(workers, n_outer - r * workers)):
             mem.worker, mem.outer_block = w, r * workers + w
-            if order == "v1":
-                flash1_forward(q, k, v, B_r, B_c, mem)
-            else:
-                flash2_forward(q, k, v, B_r, B_c, mem)
+            mem.run(fn, q, k, v, B_r, B_c)
         lost += mem.end_round()
-    return ParallelRun(np.array(mem.shared["O"].data), lost, rounds)
+    O = next(X for X in mem.shared if X.name == "O")
+    return ParallelRun(np.array(O.data), lost, rounds)
 
 
 def exactness_table(n_q: int, n_k: int, d: int, blocks: Iterable[tuple[int, int]], *,
@@ -318,7 +321,7 @@ class Program(NamedTuple):
 
 class _ProgramMemory(CountingMemory):
     """A counting memory that tags each log entry with its program: (stage, side, block) of the
-    outermost loop active when it happened (stage counts the outermost loops); (-1, None,
+    outermost loop running when it happened (stage counts the outermost loops); (-1, None,
     None) outside any loop."""
 
     def __init__(self) -> None:
@@ -326,23 +329,16 @@ class _ProgramMemory(CountingMemory):
         self.stage = -1
         self.tags: list[tuple[int, str | None, int | None]] = []
 
-    def _starts(self, n: int, B: int, outermost: bool) -> Iterable[int]:
+    def _enter(self, loop: Any, outermost: bool) -> None:
+        super()._enter(loop, outermost)  # what happened before the loop keeps its tag
         if outermost:
             self.stage += 1
-        return super()._starts(n, B, outermost)
 
-    def _traffic(self, op: str, name: str, i: int | None, rows: int, elements: int) -> None:
-        super()._traffic(op, name, i, rows, elements)
-        self._tag()
-
-    def _compute_tile(self) -> None:
-        super()._compute_tile()
-        self._tag()
-
-    def _tag(self) -> None:
+    def _append(self, event: Event) -> None:
+        super()._append(event)
         outer = self._loops[0] if self._loops else None
-        tag = (-1, None, None) if outer is None else (self.stage, outer.side, outer.index)
-        self.tags += [tag] * (len(self.log) - len(self.tags))
+        self.tags.append((-1, None, None) if outer is None
+                         else (self.stage, outer.side, outer.index))
 
 
 def _runs(indices: Iterable[int]) -> list[list[int]]:

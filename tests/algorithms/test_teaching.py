@@ -9,6 +9,7 @@ import ast
 import inspect
 import math
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,7 +32,13 @@ from flashlib.algorithms import (
     two_pass_backward,
 )
 from flashlib.fast import online
-from tests.helpers import max_err, reference_attention, torch_grads
+from tests.helpers import (
+    max_err,
+    reference_attention,
+    torch,
+    torch_attention,
+    torch_grads,
+)
 
 TEACHING = [safe_softmax, online_update, merge_states, standard_attention, flash1_forward,
             flash2_forward, masked_flash_forward, standard_attention_backward, delta_from_O,
@@ -84,6 +91,15 @@ def test_teaching_functions_are_short_and_unvalidated(fn):
     assert not any(isinstance(n, ast.Raise) for n in nodes), fn.__name__
     assert sum(isinstance(n, ast.Assert) for n in nodes) <= 1, fn.__name__
     assert fn.__doc__ and fn.__module__.startswith("flashlib.")
+
+
+def test_algorithms_fit_in_76_columns():
+    """The chapters show these functions: 76 columns, so that no line wraps at 1280 px and a
+    phone scrolls inside the block (the rest of the repository: ruff's 99)."""
+    path = Path(flashlib.algorithms.__file__)
+    long = [(k, len(line)) for k, line in enumerate(path.read_text().splitlines(), 1)
+            if len(line) > 76]
+    assert not long, f"{path.name}: lines over 76 columns (line, length): {long}"
 
 
 def test_teaching_functions_live_in_algorithms_not_in_the_public_api():
@@ -254,3 +270,41 @@ def test_the_two_backward_schedules_agree(case):
     assert _rel(one[0], two[0]) <= F64_TOL
     np.testing.assert_array_equal(one[1], two[1])
     np.testing.assert_array_equal(one[2], two[2])
+
+
+# --- masks: a row blind in one tile that sees keys in a later one -----------------------------
+
+def _blind_then_far(score, dtype):
+    """8 queries, 8 keys, d = 4, blocks 4 x 4: row 0 sees only keys 4-7 (so nothing in its
+    first tile), with scores within about 1 of ``score``; every other row sees every key."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal(s) for s in ((8, 4), (8, 4), (8, 3)))
+    q[0] = 10.0  # score_0j = sum(k_j) * 10 / sqrt(4) = 5 sum(k_j)
+    k[4:] = score / 20 + 0.05 * rng.standard_normal((4, 4))
+    mask = np.ones((8, 8), dtype=bool)
+    mask[0, :4] = False
+    s0 = q[0] @ k[4:].T / 2
+    assert np.all(np.abs(s0 - score) < 1.5), s0
+    return (*(x.astype(dtype) for x in (q, k, v)), mask)
+
+
+@pytest.mark.parametrize(("score", "dtype"), [(-800.0, np.float64), (-1000.0, np.float64),
+                                              (-100.0, np.float32), (-110.0, np.float32)])
+def test_masked_forward_row_blind_in_one_tile_then_far_below_zero(score, dtype):
+    """The running maximum stays -inf while a row has seen no key (0 is used only inside the
+    exponent): storing the guard 0 into m_i made exp(S - 0) underflow in the next tile, O = 0
+    and L = -inf for a row that does see keys (issue 23)."""
+    q, k, v, mask = _blind_then_far(score, dtype)
+    O, L = masked_flash_forward(q, k, v, lambda i, j, n_q, n_k: mask[i, j], 4, 4)
+    assert O.dtype == dtype and L.dtype == dtype
+    ref, ref_lse = reference_attention(q, k, v, mask=mask)
+    assert np.isfinite(O[0]).all() and np.isfinite(L[0])
+    tol = F64_TOL if dtype == np.float64 else _low_tol(np.float32, 8)
+    assert max_err(O, ref) <= tol, (O[0], ref[0])
+    assert max_err(L, ref_lse) <= tol * abs(score)
+    lib = flashlib.naive_attention(q, k, v, mask=mask)
+    assert max_err(O, lib) <= tol
+    if torch is not None:
+        t = torch_attention(*(torch.from_numpy(x.astype(np.float64)) for x in (q, k, v)),
+                            mask=mask).numpy()
+        assert max_err(O, t) <= tol

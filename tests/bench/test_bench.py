@@ -1,6 +1,6 @@
 """The benchmark command (flashlib.bench) runs (tiny sizes: a test that it works, not a timing
 assertion), writes its JSON with machine details, and flashlib's numerics never import torch.
-The timer it uses is flashlib.core.measure's (tests/test_measure.py)."""
+The timer it uses is flashlib.core.measure's (tests/core/test_measure.py)."""
 
 from __future__ import annotations
 

@@ -14,12 +14,13 @@ def test_the_step_is_the_logs():
     tiles, held, writes = _tile_step("v1", 2, 2, 4, (1, 2))
     assert tiles[:5] == [(0, 0), (1, 0), (2, 0), (3, 0), (0, 1)]  # column by column
     assert [name for name, _ in held] == ["K", "V", "Q", "O", "l", "m", "S"]
-    assert writes == ["O_1", "l_1", "m_1"]
+    assert writes == ["O_2", "l_2", "m_2"]  # blocks counted from 1, as the reader counts
+    assert held[0] == ("K", 3) and held[2] == ("Q", 2)
     tiles, held, writes = _tile_step("v2", 2, 2, 4, (1, 2))
     assert tiles[:5] == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0)]  # row by row
     assert [name for name, _ in held] == ["Q", "O", "l", "m", "K", "V", "S"]
     assert writes == []
-    assert _tile_step("v2", 2, 2, 4, (1, 3))[2] == ["O_1", "L_1"]
+    assert _tile_step("v2", 2, 2, 4, (1, 3))[2] == ["O_2", "L_2"]
 
 
 def test_diagram_is_legible_svg():
@@ -28,7 +29,9 @@ def test_diagram_is_legible_svg():
     assert root.get("viewBox").startswith("0 0 360 ")
     sizes = [float(t.get("font-size")) for t in root.iter("{http://www.w3.org/2000/svg}text")]
     assert sizes and min(sizes) >= 12
-    assert "O_1, l_1, m_1" in dg.alt and "writes nothing after this tile" in dg.alt
+    assert "O_2, l_2, m_2" in dg.alt and "writes nothing after this tile" in dg.alt
+    assert "tile (2, 3)" in dg.alt and "tile (2, 3)" in dg.caption  # tile=(1, 2) in code
+    assert "after j = 4" in dg.svg() and "K_3" in dg.svg()
     assert "<figcaption" in dg._repr_html_()
 
 

@@ -66,13 +66,13 @@ def test_static_bundle_is_self_contained_html(static):
     assert len(data["index"]) == 6 and len(data["frames"]) == 6
     # the initial image is the frame of the defaults (n=512 -> index 1, dtype first -> 0)
     first = data["frames"][data["index"][1 * 2 + 0]]
-    assert f'src="data:image/png;base64,{first}"' in html
+    assert f'src="{first}"' in html and first.startswith("data:image/png;base64,")
     assert 'value="1"' in html
     # both sliders off their first value: the last frame (n=1024 -> 2, float32 -> 1)
     last = widgets.interactive_figure(draw, SLIDERS, defaults={"n": 1024, "dtype": "float32"},
                                       alt="Bars", **KW).to_html()
     data = payload(last)
-    assert f'src="data:image/png;base64,{data["frames"][data["index"][2 * 2 + 1]]}"' in last
+    assert f'src="{data["frames"][data["index"][2 * 2 + 1]]}"' in last
     assert 'value="2"' in last and 'value="1"' in last
 
 
@@ -173,9 +173,14 @@ def test_plots_palette_and_alt_text():
     fig, ax = plots.new_figure()
     ax.plot([0, 1])
     shown = plots.show(fig, alt="A rising line")
-    bundle = shown._repr_mimebundle_()
+    bundle, metadata = shown._repr_mimebundle_()
     assert 'alt="A rising line"' in bundle["text/html"]
     assert bundle["image/png"]
+    # drawn at 2x for a retina screen, shown at the designed size: the default 4.8 x 3.2 in
+    width, height = plots.designed_size(shown.png)
+    assert abs(width - 96 * plots.FIGSIZE[0]) <= 1 and abs(height - 96 * plots.FIGSIZE[1]) <= 1
+    assert metadata == {"image/png": {"width": width, "height": height}}
+    assert f'width="{width}" height="{height}"' in bundle["text/html"]
     with pytest.raises(ValueError, match="alt"):
         plots.show(fig, alt=" ")
     with pytest.raises(TypeError, match="fig"):
@@ -293,11 +298,14 @@ def test_static_figure_is_accessible_without_javascript(static):
     data = payload(html)
     assert len(data["alts"]) == 6 and data["alts"][data["altIndex"][1 * 2 + 0]] == (
         "Bars for n = 512, float16")
-    png = base64.b64decode(data["frames"][0])
+    png = base64.b64decode(data["frames"][0].removeprefix("data:image/png;base64,"))
     from PIL import Image
 
     with Image.open(io.BytesIO(png)) as image:
         assert image.mode == "P"  # a palette PNG
+        # drawn at twice its designed size (crisp on a 2x screen), shown at that size
+        assert image.size == (2 * 96 * 2, 1.5 * 96 * 2)
+    assert 'width="192" height="144"' in html  # draw's figsize (2, 1.5) at 96 px per inch
     assert re.search(r'data-text-px="1[0-9.]+"', html)  # 10 pt at 96 dpi: 13.33 px
 
 

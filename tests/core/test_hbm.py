@@ -1,6 +1,6 @@
-"""The memory the teaching functions talk to (flashlib.core.hbm): the plain default changes
-nothing, the counting memory sees every access, gives bit-identical results, and its SRAM raises
-when a step does not fit."""
+"""The memory model (flashlib.core.hbm): the teaching functions are plain numpy on numpy
+arrays; run by a counting memory on its HBM arrays they give the same bits, every access is
+seen, and its SRAM raises when a step does not fit."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from flashlib.algorithms import (
     standard_attention,
     two_pass_backward,
 )
-from flashlib.core.hbm import PLAIN, CountingMemory, HBMArray, SRAMCapacityError
+from flashlib.core.hbm import CountingMemory, HBMArray, LoopTracker, SRAMCapacityError
 from flashlib.studies.io_model import sram_footprint
 
 TEACHING = (standard_attention, flash1_forward, flash2_forward, flash2_backward,
@@ -36,8 +36,20 @@ def _problem(n_q, n_k, d, d_v, seed=0, dtype=np.float64):
 
 
 @pytest.mark.parametrize("fn", TEACHING, ids=lambda f: f.__name__)
-def test_teaching_functions_default_to_the_plain_memory(fn):
-    assert inspect.signature(fn).parameters["mem"].default is PLAIN
+def test_teaching_functions_take_no_memory_and_return_numpy(fn):
+    """No ``mem`` argument: on numpy arrays a teaching function is plain numpy."""
+    assert "mem" not in inspect.signature(fn).parameters
+    q, k, v, do = _problem(9, 11, 4, 3)
+    if fn in (flash2_backward, two_pass_backward):
+        out = fn(q, k, v, *flash2_forward(q, k, v, 4, 5), do, 4, 5)
+    elif fn is split_kv_decode:
+        out = fn(q[:1], k, v, 3, 2)
+    elif fn is standard_attention:
+        out = fn(q, k, v)
+    else:
+        out = fn(q, k, v, 4, 5)
+    for x in out if isinstance(out, tuple) else (out,):
+        assert type(x) is np.ndarray
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
@@ -47,57 +59,121 @@ def test_counting_memory_gives_the_plain_result_bit_for_bit(shape, dtype):
     q, k, v, do = _problem(n_q, n_k, d, d_v, dtype=dtype)
     mem = CountingMemory()
     Q, K, V = mem.inputs(Q=q, K=k, V=v)
-    np.testing.assert_array_equal(np.asarray(standard_attention(Q, K, V, mem)),
+    np.testing.assert_array_equal(mem.run(standard_attention, Q, K, V),
                                   standard_attention(q, k, v))
-    np.testing.assert_array_equal(np.asarray(flash1_forward(Q, K, V, B_r, B_c, mem)),
+    np.testing.assert_array_equal(mem.run(flash1_forward, Q, K, V, B_r, B_c),
                                   flash1_forward(q, k, v, B_r, B_c))
     o, lse = flash2_forward(q, k, v, B_r, B_c)
-    for got, want in zip(flash2_forward(Q, K, V, B_r, B_c, mem), (o, lse), strict=True):
-        np.testing.assert_array_equal(np.asarray(got), want)
-        assert np.asarray(got).dtype == dtype
+    for got, want in zip(mem.run(flash2_forward, Q, K, V, B_r, B_c), (o, lse), strict=True):
+        np.testing.assert_array_equal(got, want)
+        assert type(got) is np.ndarray and got.dtype == dtype
     for backward in (flash2_backward, two_pass_backward):
         mem = CountingMemory(score_tiles=2)
         args = mem.inputs(Q=q, K=k, V=v, O=o, L=lse, dO=do)
-        for got, want in zip(backward(*args, B_r, B_c, mem),
+        for got, want in zip(mem.run(backward, *args, B_r, B_c),
                              backward(q, k, v, o, lse, do, B_r, B_c), strict=True):
-            np.testing.assert_array_equal(np.asarray(got), want)
+            np.testing.assert_array_equal(got, want)
 
 
-def test_hbm_arrays_are_reached_only_through_the_memory():
-    mem = CountingMemory()
-    (Q,) = mem.inputs(Q=np.ones((4, 2)))
-    with pytest.raises(TypeError, match="selects rows only"):
-        Q[0, 1]
-    with pytest.raises(TypeError, match="selects rows only"):
-        Q[::2]
-    assert isinstance(Q[1:3], HBMArray) and Q[1:3].shape == (2, 2) and mem.total == 0
-    with pytest.raises(TypeError, match="counts HBMArrays"):
-        mem.read(np.ones(3))
-    with pytest.raises(TypeError, match="counts HBMArrays"):
-        next(mem.blocks(2, np.ones((4, 2))))
-    with pytest.raises(ValueError, match="different lengths"):
-        next(mem.blocks(2, Q, mem.empty("X", (3,), float)))
-    with pytest.raises(ValueError, match="outside its 4 rows"):
-        mem.write(Q, 3, np.zeros((2, 2)))
-    assert "HBMArray('Q'" in repr(Q) and Q.ndim == 2 and len(Q) == 4
+def _copy_doubled(Q, O, B):
+    """A toy schedule: O_i = 2 Q_i, block by block."""
+    for i in range(0, len(Q), B):
+        Q_i, O_i = Q[i : i + B], O[i : i + B]  # load Q_i, O_i
+        O[i : i + B] = Q_i * 2  # write O_i
+        O_i += 100  # a copy in SRAM: HBM is unchanged
+    return O
 
 
 def test_loads_are_copies_and_every_element_is_counted():
     mem = CountingMemory()
     Q, O = mem.inputs(Q=np.arange(10.0).reshape(5, 2), O=np.zeros((5, 2)))
-    seen = []
-    for i, Q_i, O_i in mem.blocks(2, Q, O):
-        mem.write(O, i, Q_i * 2)
-        O_i += 100  # a copy in SRAM: HBM is unchanged
-        seen.append(i)
-    assert seen == [0, 2, 4]
-    np.testing.assert_array_equal(np.asarray(O), 2 * np.asarray(Q))
+    out = mem.run(_copy_doubled, Q, O, 2)
+    np.testing.assert_array_equal(out, 2 * Q.data)
+    np.testing.assert_array_equal(O.data, 2 * Q.data)
     assert mem.reads == {"Q": 10, "O": 10} and mem.writes == {"O": 10}
     assert [(e.op, e.name, e.i, e.rows) for e in mem.log] == [
-        ("read", "Q", 0, 2), ("read", "O", 0, 2), ("write", "O", 0, 2),
-        ("read", "Q", 1, 2), ("read", "O", 1, 2), ("write", "O", 1, 2),
-        ("read", "Q", 2, 1), ("read", "O", 2, 1), ("write", "O", 2, 1)]
+        ("read", "Q", 0, 2), ("write", "O", 0, 2), ("read", "O", 0, 2),
+        ("read", "Q", 1, 2), ("write", "O", 1, 2), ("read", "O", 1, 2),
+        ("read", "Q", 2, 1), ("write", "O", 2, 1), ("read", "O", 2, 1)]
     assert mem.total == 30 and mem.peak_sram == 8  # two blocks of 2 x 2
+
+
+def _unbound(Q):
+    np.zeros_like(Q)[0:1] = 1.0  # an HBM array never bound to a variable
+    return Q
+
+
+def test_hbm_arrays_are_reached_only_inside_a_run():
+    mem = CountingMemory()
+    (Q,) = mem.inputs(Q=np.ones((4, 2)))
+    block = Q[1:3]  # the rows in HBM: free, and no traffic
+    assert isinstance(block, HBMArray) and block.shape == (2, 2) and len(block) == 2
+    assert block.dtype == np.float64 and block.ndim == 2 and mem.total == 0
+    assert "HBMArray('Q'[1:3]" in repr(block) and "HBMArray('Q'," in repr(Q)
+    with pytest.raises(TypeError, match="inside CountingMemory.run"):
+        np.asarray(block)
+    with pytest.raises(TypeError, match="inside CountingMemory.run"):
+        Q[0, 1]
+    with pytest.raises(TypeError, match="inside CountingMemory.run"):
+        Q[0:1] = 0.0
+    with pytest.raises(TypeError, match="whole rows"):
+        Q[0, 1] = 0.0
+    with pytest.raises(TypeError, match="named after the variable"):
+        mem.run(_unbound, Q)
+    assert mem.total == 0
+
+
+def _array_api(Q, K):
+    """What a teaching function may do with HBM arrays and their blocks."""
+    N, d = Q.shape
+    S = np.asarray(Q @ K.T, like=Q)  # read Q, K (whole); write S (whole)
+    O = np.empty_like(Q, shape=(N, 1))  # allocated, not written
+    m = np.full_like(Q, -np.inf, shape=N)  # allocated and written (the fill)
+    for i in range(0, N, 2):
+        S_i = S[i : i + 2]
+        acc_i = np.zeros_like(S_i)  # like a block: on chip, nothing read
+        assert type(acc_i) is np.ndarray and acc_i.shape == (len(S_i), len(K))
+        m[i : i + 2] = np.maximum(m[i : i + 2], S_i.max(axis=1))  # read, write
+        O[i : i + 2] = np.sum(S_i + acc_i, axis=1, keepdims=True)
+        O[i : i + 2] += S_i[:, :1]  # read O_i, add, write O_i
+    return O, m, S
+
+
+def test_numpy_on_hbm_arrays():
+    q, k = np.arange(10.0).reshape(5, 2), np.ones((3, 2))
+    mem = CountingMemory()
+    O, m, S = mem.run(_array_api, *mem.inputs(Q=q, K=k))
+    s = q @ k.T
+    np.testing.assert_array_equal(S, s)
+    np.testing.assert_array_equal(m, s.max(axis=1))
+    np.testing.assert_array_equal(O[:, 0], s.sum(axis=1) + s[:, 0])
+    assert mem.reads == {"Q": 10, "K": 6, "S": 15, "m": 5, "O": 5}
+    assert mem.writes == {"S": 15, "m": 5 + 5, "O": 5 + 5}
+    assert [e.i for e in mem.log if e.op == "write" and e.name == "O"] == [0, 0, 1, 1, 2, 2]
+
+
+def _nested(X, seen):
+    for i in range(0, len(X), 3):
+        seen.append((i, [j for j in range(0, len(X), 4)]))
+
+
+def test_loop_tracker_runs_plain_numpy_and_reports_the_loops():
+    order = []
+
+    class Reverse(LoopTracker):
+        def _order(self, r, outermost):
+            return list(r)[::-1] if outermost else r
+
+        def _begin_iteration(self, loop):
+            order.append((len(self._loops), loop.index))
+
+    seen = []
+    Reverse().run(_nested, np.arange(10), seen)
+    assert seen == [(9, [0, 4, 8]), (6, [0, 4, 8]), (3, [0, 4, 8]), (0, [0, 4, 8])]
+    assert order[:4] == [(1, 3), (2, 0), (2, 1), (2, 2)]  # depth, block index
+    seen.clear()
+    _nested(np.arange(10), seen)  # called directly: builtin range
+    assert [i for i, _ in seen] == [0, 3, 6, 9]
 
 
 BACKWARD = {"backward": flash2_backward, "two_pass_backward": two_pass_backward}
@@ -117,10 +193,11 @@ def test_peak_sram_equals_the_modelled_footprint(order, shape):
         mem = CountingMemory(M, score_tiles=2 if order in BACKWARD else 1)
         if order in BACKWARD:
             o, lse = flash2_forward(q, k, v, B_r, B_c)
-            BACKWARD[order](*mem.inputs(Q=q, K=k, V=v, O=o, L=lse, dO=do), B_r, B_c, mem)
+            args = mem.inputs(Q=q, K=k, V=v, O=o, L=lse, dO=do)
+            mem.run(BACKWARD[order], *args, B_r, B_c)
         else:
             fn = flash1_forward if order == "v1" else flash2_forward
-            fn(*mem.inputs(Q=q, K=k, V=v), B_r, B_c, mem)
+            mem.run(fn, *mem.inputs(Q=q, K=k, V=v), B_r, B_c)
         return mem
 
     assert run(None).peak_sram == want
@@ -134,27 +211,46 @@ def test_peak_sram_equals_the_modelled_footprint(order, shape):
 def test_tiles_are_logged_with_what_sram_holds():
     q, k, v, _ = _problem(5, 7, 2, 2)
     mem = CountingMemory()
-    flash1_forward(*mem.inputs(Q=q, K=k, V=v), 2, 3, mem)
+    mem.run(flash1_forward, *mem.inputs(Q=q, K=k, V=v), 2, 3)
     tiles = [e for e in mem.log if e.op == "tile"]
     assert [(e.i, e.j) for e in tiles] == [(i, j) for j in range(3) for i in range(3)]
     assert tiles[0].held == (("K", 0), ("V", 0), ("Q", 0), ("O", 0), ("l", 0), ("m", 0),
                              ("S", None))
     assert tiles[-1].rows == 1 and tiles[-1].elements == 1 * 1  # ragged 1 x 1 corner
     mem = CountingMemory()
-    flash2_forward(*mem.inputs(Q=q, K=k, V=v), 2, 3, mem)
+    mem.run(flash2_forward, *mem.inputs(Q=q, K=k, V=v), 2, 3)
     tiles = [e for e in mem.log if e.op == "tile"]
     assert [(e.i, e.j) for e in tiles] == [(i, j) for i in range(3) for j in range(3)]
     assert tiles[4].held == (("Q", 1), ("O_i", 1), ("l_i", 1), ("m_i", 1), ("K", 1), ("V", 1),
                              ("S", None))
 
 
-def test_on_chip_arrays_count_against_the_sram():
-    mem = CountingMemory(10)
-    (Q,) = mem.inputs(Q=np.zeros((4, 2)))
-    with pytest.raises(SRAMCapacityError, match="initialising acc on chip"):
-        for _ in mem.blocks(4, Q):  # 8 elements loaded
-            mem.on_chip(acc=np.zeros(3))
-    assert mem.on_chip(x=np.ones(2))[0].shape == (2,)  # outside any loop: nothing held
+def _keeps(Q, K):
+    """A query loop (4 x 2 blocks) keeping acc_i (3 elements) on chip, over a key loop."""
+    for i in range(0, len(Q), 4):
+        Q_i = Q[i : i + 4]  # 8 elements
+        acc_i = np.zeros(3)  # on chip while this query block runs
+        for j in range(0, len(K), 1):
+            acc_i = acc_i + (Q_i @ K[j : j + 1].T).sum()  # K_j: 2 elements, S_ij: 4
+    late_i = np.zeros(100)  # after the loops: nothing held
+    return acc_i + late_i[:3]
+
+
+def test_block_arrays_count_against_the_sram():
+    def run(M):
+        mem = CountingMemory(M)
+        mem.run(_keeps, *mem.inputs(Q=np.zeros((4, 2)), K=np.zeros((2, 2))))
+        return mem
+
+    mem = run(None)
+    assert mem.peak_sram == 8 + 3 + 2 + 4
+    tiles = [e for e in mem.log if e.op == "tile"]
+    assert [e.held for e in tiles] == [(("Q", 0), ("acc_i", 0), ("K", j), ("S", None))
+                                       for j in range(2)]
+    assert run(17).peak_sram == 17
+    held = r"\(Q\[0\]: 8, acc_i\[0\]: 3, K\[0\]: 2, S: 4\)"
+    with pytest.raises(SRAMCapacityError, match=r"computing tile \(i=0, j=0\) needs 17 .*" + held):
+        run(16)
 
 
 def test_split_kv_decode_equals_standard_attention():
@@ -164,7 +260,7 @@ def test_split_kv_decode_equals_standard_attention():
         got = split_kv_decode(q, k, v, splits, B_c)
         assert np.max(np.abs(got - want)) <= 1e-14
         mem = CountingMemory()
-        counted = np.asarray(split_kv_decode(*mem.inputs(Q=q, K=k, V=v), splits, B_c, mem))
+        counted = mem.run(split_kv_decode, *mem.inputs(Q=q, K=k, V=v), splits, B_c)
         np.testing.assert_array_equal(counted, got)
     q32, k32, v32, _ = _problem(2, 50, 8, 8, dtype=np.float32)
     assert split_kv_decode(q32, k32, v32, 3, 16).dtype == np.float32

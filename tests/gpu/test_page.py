@@ -60,6 +60,9 @@ def test_launch_grid_diagram_counts_the_tiles():
     svg = dg.svg()
     assert "72 of 128 tiles are visited" in dg.alt and svg.startswith("<svg")
     assert "12 K" in svg  # program 5 streams 12 key tiles of 64: keys 0 .. 767
+    # programs numbered from 1 for the reader, as the boxes count blocks: code's 5 is "6"
+    assert "Program 6 is highlighted" in dg.alt and "Program 6 (framed)" in svg
+    assert ">1</text>" in svg and ">0</text>" not in svg
     with pytest.raises(ValueError, match="program"):
         launch_grid_diagram(n=256, B_r=128, B_c=64, causal=False, program=2)
 

@@ -5,14 +5,19 @@ Serves the site on 127.0.0.1 and opens every page in headless Chromium driven by
 
 - **at 1280 px** (a desktop): no failed request, no request leaving 127.0.0.1, no console
   error; nothing sideways-scrolls (shown code, printed output, displayed math, tables,
-  figures: an element wider than its box fails, named); zero axe-core critical or serious
-  violations; no visible ``glue(`` in shown code; every image has alt text; every chapter
-  links to its notebook on Colab; every slider of every interactive figure changes its
-  figure, from the keyboard too, and back; the page's weight (every byte the browser loads)
-  is at most 3.5 MB, and is printed at the end of the run;
-- **at 390 px** (a phone): the page does not scroll sideways (only a display equation or a
-  table may scroll inside its own box); zero axe-core critical or serious violations; text in
-  figures and diagrams is at least 9 px tall as shown;
+  figures: an element wider than its box fails, named), also inside every dropdown and
+  collapsed cell, opened; no code block wraps (:data:`WRAPPED_CODE`: its rendered lines
+  outnumber its source lines); no formula is clipped (:data:`MATH`); zero axe-core critical or
+  serious violations; no visible ``glue(`` in shown code; every image has alt text; every
+  chapter links to its notebook on Colab; every slider of every interactive figure changes its
+  figure, from the keyboard too, and back; every figure is crisp on a 2x screen
+  (:data:`FIGURES`: SVG, or a raster of twice its shown size); the page's weight (every byte
+  the browser loads) is at most 3.5 MB, and is printed at the end of the run;
+- **at 390 px** (a phone): the page does not scroll sideways (only a code block, a table or
+  one display equation per page may scroll inside its own box); no code block wraps, every
+  dropdown opened; no formula is clipped; every figure is crisp and shown at least 0.75 of its
+  designed size; zero axe-core critical or serious violations; text in figures and diagrams is
+  at least 9 px tall as shown;
 - **with JavaScript off**: no control that looks usable but does nothing (no visible slider
   or button), and every interactive figure shows its default frame or its description.
 
@@ -37,8 +42,10 @@ from tests.browser import (
     page_weight,
     serve,
 )
-from tools import book_extension, notebooks
+from tools import convert, toc
+from tools.colab import colab_url
 from tools.paths import ROOT
+from tools.project import repository
 
 pytestmark = [pytest.mark.site, pytest.mark.browser]
 
@@ -54,9 +61,107 @@ MIN_TEXT_PX = 9.0
 FITTING = ("main pre, main div.highlight, main div.cell_output, main div.output, "
            "main .flashlib-ifig, main figure, main img, main svg, main table, "
            "main mjx-container[display='true'], main div.math")
-#: Elements that may scroll inside their own box on a phone (never at 1280 px).
+#: Elements that may scroll inside their own box on a phone (never at 1280 px): a display
+#: equation (at most MAX_SCROLLING_EQUATIONS per page), a table, a code block.
 OWN_SCROLL = ("mjx-container[display='true'], div.math, .pst-scrollable-table-container, "
-              "table, .flashlib-table")
+              "table, .flashlib-table, pre")
+#: Display equations per page that may scroll inside their own box on a phone; the others are
+#: split into aligned lines, one step per line.
+MAX_SCROLLING_EQUATIONS = 1
+#: Smallest share of its designed size (its width attribute, or its viewBox) at which a figure
+#: is shown on a 390 px phone.
+MIN_FIGURE_SCALE = 0.75
+
+#: Open every dropdown, collapsed code cell and toggled block (solutions) of the page.
+OPEN_ALL = """() => {
+  for (const d of document.querySelectorAll('main details')) d.open = true;
+  for (const e of document.querySelectorAll('main .toggle-hidden'))
+    e.classList.remove('toggle-hidden');
+}"""
+
+#: Code blocks whose rendered lines outnumber their source lines: wrapped code.
+WRAPPED_CODE = r"""() => {
+  const bad = [];
+  for (const pre of document.querySelectorAll('main pre')) {
+    if (!pre.checkVisibility({visibilityProperty: true})) continue;
+    const text = pre.textContent.replace(/\n$/, '');
+    const lines = text.split('\n').length;
+    // the same text in the same box that cannot wrap: as tall as the lines of the source
+    const probe = pre.cloneNode(false);
+    probe.style.whiteSpace = 'pre';
+    pre.parentNode.appendChild(probe);
+    probe.textContent = 'x';
+    const one = probe.getBoundingClientRect().height;
+    probe.textContent = 'x\nx';
+    const lineHeight = probe.getBoundingClientRect().height - one;
+    probe.textContent = text;
+    const unwrapped = probe.clientHeight;
+    probe.remove();
+    if (lineHeight <= 0) continue;
+    const rendered = lines + Math.round((pre.clientHeight - unwrapped) / lineHeight);
+    if (rendered > lines) {
+      const longest = text.split('\n').reduce((a, b) => (b.length > a.length ? b : a), '');
+      bad.push(`${lines} lines shown as ${rendered} (longest, ${longest.length} columns: ` +
+               `${longest.trim().slice(0, 60)})`);
+    }
+  }
+  return bad;
+}"""
+
+#: Formulas hidden in part (an inline formula clipped by its box) and display equations that
+#: scroll inside their own box: {clipped: [...], scrolling: [...]}.
+MATH = """() => {
+  const clipped = [], scrolling = [];
+  const tex = el => (el.querySelector('mjx-assistive-mml') || el).textContent.trim()
+    .slice(0, 50);
+  for (const span of document.querySelectorAll('main span.math')) {
+    const m = span.querySelector('mjx-container');  // the theme's span.math hides overflow
+    if (!m || !span.checkVisibility({visibilityProperty: true})) continue;
+    const [inner, outer] = [m, span].map(el => el.getBoundingClientRect().width);
+    if (inner > outer + 2)  // (glyphs overhang their box by a pixel or two: no matter)
+      clipped.push(`inline ${tex(span)} (${Math.round(inner)} px in ${Math.round(outer)} px)`);
+  }
+  for (const m of document.querySelectorAll("main mjx-container[display='true']")) {
+    if (!m.checkVisibility({visibilityProperty: true})) continue;
+    const box = m.closest('div.math') || m;
+    if (box !== m && box.scrollWidth > box.clientWidth + 1)
+      clipped.push(`display ${tex(m)} (${box.scrollWidth} px in ${box.clientWidth} px)`);
+    if (m.scrollWidth > m.clientWidth + 1)
+      scrolling.push(`${tex(m)} (${m.scrollWidth} px in ${m.clientWidth} px)`);
+  }
+  return {clipped, scrolling};
+}"""
+
+#: Figures (images, and the SVG of diagrams and drawn widgets): not crisp on a 2x screen (a
+#: raster of less than twice its shown width), or shown at less than ``minScale`` of their
+#: designed size (the image's width attribute, the SVG's width or viewBox).
+FIGURES = r"""(minScale) => {
+  const bad = [];
+  const svgs = 'main .flashlib-diagram svg, main .flashlib-ifig svg, main figure svg';
+  for (const img of document.querySelectorAll('main img')) {
+    if (!img.checkVisibility({visibilityProperty: true})) continue;
+    const name = `image "${(img.alt || img.src).slice(0, 50)}"`;
+    const shown = img.getBoundingClientRect().width;
+    const svg = /\.svg$|^data:image\/svg/.test(img.getAttribute('src') || '');
+    if (!svg && img.naturalWidth < 2 * shown - 2)
+      bad.push(`${name}: ${img.naturalWidth} px drawn for ${Math.round(shown)} px shown ` +
+               '(not crisp on a 2x screen: draw it at twice its size, or as SVG)');
+    const designed = Number(img.getAttribute('width'));
+    if (!svg && !designed) bad.push(`${name}: no width attribute (its designed size)`);
+    if (designed && shown < minScale * designed - 1)
+      bad.push(`${name}: shown at ${Math.round(shown)} px, less than ${minScale} of its ` +
+               `designed ${designed} px`);
+  }
+  for (const svg of document.querySelectorAll(svgs)) {
+    if (!svg.checkVisibility({visibilityProperty: true}) || !svg.viewBox.baseVal) continue;
+    const designed = Number(svg.getAttribute('width')) || svg.viewBox.baseVal.width;
+    const shown = svg.getBoundingClientRect().width;
+    if (designed && shown < minScale * designed - 1)
+      bad.push(`svg "${(svg.getAttribute('aria-label') || '').slice(0, 50)}": shown at ` +
+               `${Math.round(shown)} px, less than ${minScale} of its designed ${designed} px`);
+  }
+  return bad;
+}"""
 
 SIDEWAYS = """([selector, ownScroll]) => {
   const bad = [];
@@ -85,14 +190,15 @@ VISIBLE_GLUE = """() => [...document.querySelectorAll('main pre')]
 
 SMALL_TEXT = """(minimum) => {
   const bad = [];
-  for (const img of document.querySelectorAll('main img[data-text-px]')) {
-    if (!img.checkVisibility({visibilityProperty: true}) || !img.naturalWidth) continue;
-    const px = Number(img.dataset.textPx) * img.clientWidth / img.naturalWidth;
-    if (px < minimum) bad.push(`image "${img.alt.slice(0, 60)}": text ${px.toFixed(1)} px`);
-  }
-  for (const img of document.querySelectorAll('main img[src^="data:"]')) {
-    if (!img.hasAttribute('data-text-px'))
+  for (const img of document.querySelectorAll('main img')) {
+    if (!img.checkVisibility({visibilityProperty: true})) continue;
+    const designed = Number(img.getAttribute('width')) || img.naturalWidth;
+    if (!img.hasAttribute('data-text-px')) {
       bad.push(`image "${img.alt.slice(0, 60)}": no data-text-px (flashlib.book.plots.show)`);
+      continue;
+    }
+    const px = Number(img.dataset.textPx) * img.clientWidth / designed;
+    if (px < minimum) bad.push(`image "${img.alt.slice(0, 60)}": text ${px.toFixed(1)} px`);
   }
   for (const svg of document.querySelectorAll('main svg[viewBox]')) {
     if (!svg.checkVisibility({visibilityProperty: true})) continue;
@@ -248,7 +354,7 @@ def test_page_desktop(server, browser, page_path: str) -> None:
         if colab.count():
             href = colab.first.get_attribute("href")
             name = Path(page_path).stem
-            assert href == book_extension.colab_url(*notebooks.repository(), name), href
+            assert href == colab_url(*repository(), name), href
             assert (ROOT / "notebooks" / f"{name}.ipynb").is_file(), href
 
         sideways = page.evaluate(SIDEWAYS, [FITTING, None])
@@ -259,10 +365,22 @@ def test_page_desktop(server, browser, page_path: str) -> None:
         _check_sliders(page, page_path)
         weight = page_weight(page)  # before axe-core, which the tests add
         violations = axe_violations(page)
+        figures = page.evaluate(FIGURES, 0)
         _screenshot(page, page_path, DESKTOP)
+        page.evaluate(OPEN_ALL)  # what a reader sees in every dropdown and collapsed cell
+        opened = page.evaluate(SIDEWAYS, [FITTING, None])
+        wrapped = page.evaluate(WRAPPED_CODE)
+        math = page.evaluate(MATH)
     finally:
         context.close()
     PAGE_WEIGHTS[page_path] = weight
+    assert not opened, f"{page_path} at {DESKTOP} px, dropdowns opened, scrolling sideways:\n" + (
+        "\n".join(opened))
+    assert not wrapped, f"{page_path} at {DESKTOP} px, code that wraps:\n" + "\n".join(wrapped)
+    assert not math["clipped"] and not math["scrolling"], (
+        f"{page_path} at {DESKTOP} px, formulas that do not fit:\n" + "\n".join(
+            math["clipped"] + math["scrolling"]))
+    assert not figures, f"{page_path} at {DESKTOP} px, figures:\n" + "\n".join(figures)
     assert not violations, f"{page_path} at {DESKTOP} px, axe-core:\n" + "\n".join(violations)
     assert not problems["outside"], f"{page_path}: requests leaving 127.0.0.1: {problems}"
     assert not problems["failed"], f"{page_path}: failed requests: {problems['failed']}"
@@ -279,17 +397,52 @@ def test_page_phone(server, browser, page_path: str) -> None:
         width = page.evaluate("[document.documentElement.scrollWidth, innerWidth]")
         sideways = page.evaluate(SIDEWAYS, [FITTING, OWN_SCROLL])
         small = page.evaluate(SMALL_TEXT, MIN_TEXT_PX)
+        figures = page.evaluate(FIGURES, MIN_FIGURE_SCALE)
         violations = axe_violations(page)
         _screenshot(page, page_path, PHONE)
+        page.evaluate(OPEN_ALL)
+        opened = page.evaluate("[document.documentElement.scrollWidth, innerWidth]")
+        wrapped = page.evaluate(WRAPPED_CODE)
+        math = page.evaluate(MATH)
     finally:
         context.close()
     assert width[0] <= width[1], f"{page_path} at {PHONE} px scrolls sideways: {width}"
+    assert opened[0] <= opened[1], (
+        f"{page_path} at {PHONE} px, dropdowns opened, scrolls sideways: {opened}")
     assert not sideways, f"{page_path} at {PHONE} px, wider than their box:\n" + (
         "\n".join(sideways))
+    assert not wrapped, f"{page_path} at {PHONE} px, code that wraps:\n" + "\n".join(wrapped)
+    assert not math["clipped"], f"{page_path} at {PHONE} px, formulas cut off:\n" + (
+        "\n".join(math["clipped"]))
+    assert len(math["scrolling"]) <= MAX_SCROLLING_EQUATIONS, (
+        f"{page_path} at {PHONE} px: {len(math['scrolling'])} display equations scroll inside "
+        f"their box, at most {MAX_SCROLLING_EQUATIONS} may (split the others into aligned "
+        "lines, one step per line):\n" + "\n".join(math["scrolling"]))
+    assert not figures, f"{page_path} at {PHONE} px, figures:\n" + "\n".join(figures)
     assert not small, f"{page_path} at {PHONE} px, text below {MIN_TEXT_PX} px:\n" + (
         "\n".join(small))
     assert not violations, f"{page_path} at {PHONE} px, axe-core:\n" + "\n".join(violations)
     assert not problems["errors"], f"{page_path}: console errors: {problems['errors']}"
+
+
+def test_diffs_show_removed_lines_red_and_added_lines_green(server, browser) -> None:
+    """The ladder's diffs (flashlib.book.diffs) as its text says: removed lines red, added
+    lines green, in the light and the dark theme."""
+    page_path = "book/optimisation-ladder.html"
+    for theme in ("light", "dark"):
+        context, page, _ = _open(browser, server, page_path, DESKTOP)
+        try:
+            page.evaluate(f"document.documentElement.dataset.theme = '{theme}'")
+            colours = page.evaluate("""() => Object.fromEntries(['gd', 'gi'].map(c => {
+                const el = document.querySelector(`main .highlight-diff .${c}`);
+                const rgb = getComputedStyle(el).color.match(/\\d+/g).map(Number);
+                return [c, rgb];
+            }))""")
+        finally:
+            context.close()
+        (r, g, b), (r2, g2, b2) = colours["gd"][:3], colours["gi"][:3]
+        assert r > g + 40 and r > b + 40, f"{theme}: removed lines are not red: {colours}"
+        assert g2 > r2 + 40 and g2 > b2 + 20, f"{theme}: added lines are not green: {colours}"
 
 
 @pytest.mark.parametrize("page_path", PAGES)
@@ -331,16 +484,16 @@ def test_no_page_repeats_a_script() -> None:
 
 def test_exercises_are_numbered_per_chapter() -> None:
     """"Exercise C.K" on the site, C the chapter's number: the notebooks' numbers too."""
-    for source in notebooks.chapters():
+    for source in toc.chapters():
         page = SITE / source.relative_to(ROOT).with_suffix(".html")
         if not page.is_file():
             continue
         html = page.read_text(encoding="utf-8")
         on_site = re.findall(r'<span class="caption-number">Exercise (\d+(?:\.\d+)*)', html)
         in_notebook = re.findall(r"^### Exercise (\S+)", "\n".join(
-            c.source for c in notebooks.clean_notebook(source).cells
+            c.source for c in convert.clean_notebook(source).cells
             if c.cell_type == "markdown"), re.M)
-        chapter = notebooks.chapter_number(source)
+        chapter = toc.chapter_number(source)
         want = [f"{chapter}.{k}" for k in range(1, len(in_notebook) + 1)]
         assert [n.rstrip(".") for n in on_site] == want == [n.rstrip(":") for n in in_notebook], (
             source.name, on_site, in_notebook)

@@ -200,17 +200,20 @@ def test_book_attention_grads_match_the_tests_torch_reference(causal, mask_kind)
 
 # --- determinism ----------------------------------------------------------------------------
 
+def _visits(X, seen):
+    for i in range(0, len(X), 3):
+        inner = [j for j in range(0, len(X), 4)]
+        seen.append((i, inner, X[i : i + 3]))
+
+
 def test_program_order_shuffles_only_the_outer_loop():
-    mem = g.ProgramOrder(np.random.default_rng(0))
-    X = np.arange(10)
-    seen = []
-    for i, X_i in mem.blocks(3, X):
-        inner = [j for j, _ in mem.blocks(4, X)]
+    X, seen = np.arange(10), []
+    g.ProgramOrder(np.random.default_rng(0)).run(_visits, X, seen)
+    for i, inner, X_i in seen:
         assert inner == [0, 4, 8]
-        seen.append(i)
         np.testing.assert_array_equal(X_i, X[i : i + 3])
-    assert sorted(seen) == [0, 3, 6, 9] and seen != [0, 3, 6, 9]
-    assert mem.depth == 0
+    starts = [i for i, _, _ in seen]
+    assert sorted(starts) == [0, 3, 6, 9] and starts != [0, 3, 6, 9]
 
 
 def test_shuffled_programs_change_dQ_bits_only_in_flash2_order():
@@ -219,8 +222,10 @@ def test_shuffled_programs_change_dQ_bits_only_in_flash2_order():
     plain1 = flash2_backward(Q, K, V, O, L, dO, 16, 8)
     plain2 = two_pass_backward(Q, K, V, O, L, dO, 16, 8)
     rng = np.random.default_rng(5)
-    runs1 = [flash2_backward(Q, K, V, O, L, dO, 16, 8, g.ProgramOrder(rng)) for _ in range(4)]
-    runs2 = [two_pass_backward(Q, K, V, O, L, dO, 16, 8, g.ProgramOrder(rng)) for _ in range(4)]
+    runs1 = [g.ProgramOrder(rng).run(flash2_backward, Q, K, V, O, L, dO, 16, 8)
+             for _ in range(4)]
+    runs2 = [g.ProgramOrder(rng).run(two_pass_backward, Q, K, V, O, L, dO, 16, 8)
+             for _ in range(4)]
     assert any(not np.array_equal(r[0], plain1[0]) for r in runs1)
     for r in runs1:
         assert _rel(r[0], plain1[0]) <= 1e-6

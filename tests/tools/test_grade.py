@@ -19,7 +19,7 @@ import re
 import nbformat
 import pytest
 
-from tools import grade, notebooks
+from tools import convert, grade, notebooks, toc
 from tools.paths import ROOT
 
 CHAPTER = ROOT / "book" / "online-softmax.md"
@@ -114,7 +114,7 @@ check_online_update(lambda m, l, x: online_softmax_update(SoftmaxState(m, l), x)
 
 
 def official() -> nbformat.NotebookNode:
-    return nbformat.read(notebooks.student_target(CHAPTER), as_version=4)
+    return nbformat.read(notebooks.target(CHAPTER, student=True), as_version=4)
 
 
 def edited(answers: dict[str, str], drop: tuple[str, ...] = ()) -> nbformat.NotebookNode:
@@ -130,7 +130,7 @@ def edited(answers: dict[str, str], drop: tuple[str, ...] = ()) -> nbformat.Note
     for number in drop:
         doomed |= set(cells[number])
         doomed |= {i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"
-                   and number in notebooks.exercise_numbers(c.source)}
+                   and number in convert.exercise_numbers(c.source)}
     nb.cells = [c for i, c in enumerate(nb.cells) if i not in doomed]
     return nb
 
@@ -326,9 +326,9 @@ def test_every_exercise_of_the_book_can_be_graded():
     """What the grader assumes of the chapters: each exercise has one code cell ending in a
     call of a checker imported from flashlib.book.exercises, and uses no name that another
     exercise's cell defines (each exercise runs alone, in the chapter's namespace)."""
-    for source in notebooks.chapters():
+    for source in toc.chapters():
         chapter = grade.load_chapter(source)
-        nb = notebooks.clean_notebook(source, student=True)
+        nb = convert.clean_notebook(source, student=True)
         cells = grade.exercise_cells(nb)
         assert not chapter.ungraded, f"{source.name}: exercises without a checker call"
         assert set(chapter.exercises) == set(cells)
@@ -371,7 +371,7 @@ def test_chapter_found_by_title_then_by_file_name(tmp_path):
 def test_list_exercises_describes_every_checker():
     table = grade.exercise_table()
     lines = [line for line in table.splitlines()[2:]]
-    n_exercises = sum(len(grade.load_chapter(s).exercises) for s in notebooks.chapters())
+    n_exercises = sum(len(grade.load_chapter(s).exercises) for s in toc.chapters())
     assert len(lines) == n_exercises
     for line in lines:
         *_, what = line.rstrip(" |").split(" | ")

@@ -9,119 +9,39 @@ from __future__ import annotations
 
 import ast
 import re
-import subprocess
-import sys
-import types
 from pathlib import Path
 
+import jupytext
+import nbformat
 import pytest
-import tomllib
 from markdown_it import MarkdownIt
 
 from flashlib import book
-from tools import notebooks
-from tools.paths import ROOT
+from tools import convert, notebooks, toc
+from tools.colab import colab_cell
 
-CHAPTERS = notebooks.chapters()
+CHAPTERS = toc.chapters()
 COLLAPSED = {"cellView": "form", "jupyter": {"source_hidden": True}}
 
 
 def generated(source: Path):
-    return notebooks.clean_notebook(source)
+    return convert.clean_notebook(source)
 
 
 # the Colab set-up cell -------------------------------------------------------------------------
-
-def pyproject_version() -> str:
-    """The version pip installs: pyproject.toml's (static or ``flashlib.__version__``)."""
-    import flashlib
-
-    with open(ROOT / "pyproject.toml", "rb") as f:
-        project = tomllib.load(f)
-    return project["project"].get("version", flashlib.__version__)
-
-
-def test_setup_cell_installs_the_books_release_without_upgrading_colab():
-    cell = notebooks.colab_cell()
-    url, _ = notebooks.repository()
-    version = pyproject_version()
-    assert notebooks.version() == version
-    assert cell.source.splitlines()[0].startswith("#@title ")  # Colab's form: one line
-    assert version in cell.source.splitlines()[0]
-    assert dict(cell.metadata) == COLLAPSED
-    spec = f"flashlib[book] @ git+{url}@v{version}"
-    assert f'"{spec}"' in cell.source
-    ast.parse(cell.source)
-    # nothing that would upgrade or pin Colab's own packages
-    for forbidden in ("-U", "--upgrade", "--force", "==", "ipywidgets", "torch", "numpy"):
-        assert forbidden not in cell.source.replace(spec, ""), forbidden
-
 
 @pytest.mark.parametrize("source", CHAPTERS, ids=lambda p: p.stem)
 def test_setup_cell_follows_the_title(source):
     nb = generated(source)
     assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# ")
-    if not any(c.cell_type == "code" for c in notebooks.jupytext.read(source).cells):
+    if not any(c.cell_type == "code" for c in jupytext.read(source).cells):
         # a page without code (the glossary) has nothing to install
         assert not any(c.cell_type == "code" for c in nb.cells)
         return
-    assert nb.cells[1].source == notebooks.colab_cell().source
+    assert nb.cells[1].source == colab_cell().source
     assert dict(nb.cells[1].metadata) == COLLAPSED
     assert [c for c in nb.cells if c.cell_type == "code"][0] is nb.cells[1]
     assert "google.colab" not in source.read_text(encoding="utf-8")  # not on the website
-
-
-def run_setup_cell(monkeypatch, *, on_colab: bool, installed: bool) -> tuple[list, str]:
-    """Execute the set-up cell's code with subprocess.run recorded, on Colab or not."""
-    import importlib.util
-    import io
-
-    calls = []
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append((a, k)))
-    if on_colab:
-        monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
-    else:
-        monkeypatch.delitem(sys.modules, "google.colab", raising=False)
-    if not installed:
-        real = importlib.util.find_spec
-        monkeypatch.setattr(importlib.util, "find_spec",
-                            lambda name, *a: None if name == "flashlib" else real(name, *a))
-    out = io.StringIO()
-    monkeypatch.setattr(sys, "stdout", out)
-    exec(compile(notebooks.colab_cell().source, "<set-up cell>", "exec"), {})
-    monkeypatch.undo()
-    return calls, out.getvalue()
-
-
-def test_setup_cell_on_colab_runs_pip_install_once(monkeypatch):
-    calls, printed = run_setup_cell(monkeypatch, on_colab=True, installed=True)
-    url, _ = notebooks.repository()
-    spec = f"flashlib[book] @ git+{url}@v{pyproject_version()}"
-    assert calls == [(([sys.executable, "-m", "pip", "install", "-q", spec],), {"check": True})]
-    assert printed == ""
-
-
-def test_setup_cell_elsewhere_installs_nothing(monkeypatch):
-    calls, printed = run_setup_cell(monkeypatch, on_colab=False, installed=True)
-    assert calls == [] and printed == ""
-    calls, printed = run_setup_cell(monkeypatch, on_colab=False, installed=False)
-    assert calls == []
-    assert printed.startswith("flashlib is not installed") and "pip install '" in printed
-
-
-def test_one_version_everywhere():
-    import importlib.metadata
-
-    import flashlib
-
-    assert flashlib.__version__ == pyproject_version() == notebooks.version()
-    assert importlib.metadata.version("flashlib") == flashlib.__version__  # as installed
-
-
-def test_readme_says_releases_are_tagged():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert re.search(r"\btagged\s+`v<version>`", readme), (
-        "README.md: say that each release is tagged v<version>")
 
 
 # glued numbers ----------------------------------------------------------------------------------
@@ -136,7 +56,7 @@ def printed_names(cell) -> list[str]:
 @pytest.mark.parametrize("source", CHAPTERS, ids=lambda p: p.stem)
 def test_each_text_citing_numbers_follows_a_cell_printing_them(source):
     nb = generated(source)
-    cited = notebooks.glue_citations(source)
+    cited = convert.glue_citations(source)
     text = source.read_text(encoding="utf-8")
     assert cited or "{glue" not in text
     roles = set(re.findall(r"\{glue(?::\w+)?\}`([^`:]+)", text))
@@ -193,7 +113,7 @@ def test_solutions_start_collapsed(source):
         elif cell.source.startswith("#@title Solution"):
             assert dict(cell.metadata) == COLLAPSED
     assert len(summaries) == n_solutions
-    chapter = notebooks.chapter_number(source)  # numbered per chapter, as on the site
+    chapter = toc.chapter_number(source)  # numbered per chapter, as on the site
     assert summaries == [f"Solution to Exercise {chapter}.{n}"
                          for n in range(1, n_solutions + 1)]
 
@@ -204,7 +124,7 @@ def test_solution_code_cells_are_collapsed(source):
     the website hides (hide-input, remove-input), and no other one except the set-up and
     numbers cells."""
     nb = generated(source).cells
-    original = notebooks.jupytext.read(source, fmt="md:myst").cells
+    original = jupytext.read(source, fmt="md:myst").cells
     in_solution, expected = False, []
     for cell in original:
         if cell.cell_type == "markdown":
@@ -212,7 +132,7 @@ def test_solution_code_cells_are_collapsed(source):
                                    re.MULTILINE):
                 in_solution = mark == "solution-start"
         else:
-            hidden = bool(notebooks.HIDDEN_INPUT & set(cell.metadata.get("tags", [])))
+            hidden = bool(convert.HIDDEN_INPUT & set(cell.metadata.get("tags", [])))
             expected.append((in_solution, hidden))
     code = [c for c in nb if c.cell_type == "code"
             and not c.source.startswith(("#@title Set-up", "#@title Numbers in"))]
@@ -228,5 +148,5 @@ def test_solution_code_cells_are_collapsed(source):
 def test_committed_notebooks_are_the_generated_ones():
     """The collapsing metadata is what notebooks/ holds (notebooks.problems compares it)."""
     for source in CHAPTERS:
-        committed = notebooks.nbformat.read(notebooks.target(source), as_version=4)
+        committed = nbformat.read(notebooks.target(source), as_version=4)
         assert notebooks.cells_of(committed) == notebooks.cells_of(generated(source))

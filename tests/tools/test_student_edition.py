@@ -16,16 +16,15 @@ import re
 from functools import cache
 from pathlib import Path
 
-import jupytext
 import nbformat
 import pytest
 
-from tools import notebooks
+from tools import convert, notebooks, toc
 from tools.paths import ROOT
 
 FULL_SITE = ROOT / "_build" / "html"
 STUDENT_SITE = ROOT / "_build" / "student" / "_build" / "html"
-CHAPTERS = notebooks.chapters()
+CHAPTERS = toc.chapters()
 RUN = 6  # words per compared run
 SOLUTION = re.compile(
     r"^```\{solution-start\}[^\n]*\n(?P<gated>.*?)^```\{solution-end\}"
@@ -78,7 +77,7 @@ def elsewhere() -> frozenset[tuple[str, ...]]:
     """The runs of words that the book shows outside solutions: every page without its
     solutions, and flashlib's code (which pages show with literalinclude)."""
     found: set[tuple[str, ...]] = set()
-    for page in notebooks.toc_files():
+    for page in toc.toc_files():
         found |= runs(solutions(page)[1])
     for path in (ROOT / "flashlib").rglob("*.py"):
         found |= runs(path.read_text(encoding="utf-8"))
@@ -118,13 +117,13 @@ def test_no_solution_text_in_the_student_site(source):
 @pytest.mark.site
 @pytest.mark.parametrize("source", CHAPTERS, ids=lambda p: p.stem)
 def test_no_solution_text_in_the_student_notebooks(source):
-    student = runs(notebook_text(notebooks.student_target(source)))
+    student = runs(notebook_text(notebooks.target(source, student=True)))
     full = runs(notebook_text(notebooks.target(source)))
     for i, unique in enumerate(solution_runs(source), 1):
         assert unique & full, f"solution {i} of {source.name} not found in notebooks/"
         leaked = unique & student
         assert not leaked, f"solution {i} of {source.name} in notebooks/student/: {leaked}"
-    text = notebook_text(notebooks.student_target(source))
+    text = notebook_text(notebooks.target(source, student=True))
     assert "Solution to Exercise" not in text and "<summary>Solution" not in text
 
 
@@ -136,12 +135,12 @@ def test_exercises_and_checker_calls_remain(source):
     _, rest = solutions(source)
     calls = CHECKER_CALL.findall(rest)  # the checker calls of the exercise cells
     assert len(calls) >= n_exercises
-    student_nb = notebook_text(notebooks.student_target(source))
+    student_nb = notebook_text(notebooks.target(source, student=True))
     student_page = (STUDENT_SITE / "book" / f"{source.stem}.html").read_text(encoding="utf-8")
     full_page = (FULL_SITE / "book" / f"{source.stem}.html").read_text(encoding="utf-8")
     assert student_page.count('class="exercise') == full_page.count('class="exercise')
     assert student_page.count('class="exercise') >= n_exercises
-    assert len(notebooks.exercise_numbers(student_nb)) == n_exercises
+    assert len(convert.exercise_numbers(student_nb)) == n_exercises
     page_words = " ".join(words(html_text(student_page)))
     for call in calls:
         assert call in student_nb
@@ -166,21 +165,16 @@ def test_student_site_links_to_student_notebooks_and_ships_no_sources():
     for source in CHAPTERS:
         page = (STUDENT_SITE / "book" / f"{source.stem}.html").read_text(encoding="utf-8")
         assert f"/notebooks/student/{source.stem}.ipynb" in page
-        assert notebooks.student_target(source).is_file()
+        assert notebooks.target(source, student=True).is_file()
         assert "_sources" not in page
         assert "(student edition)" in page
-
-
-def test_student_notebooks_in_sync_with_book():
-    problems = notebooks.student_problems()
-    assert not problems, "\n".join(problems) + "\n(fix: make notebooks)"
 
 
 def test_student_notebook_equals_full_one_without_its_solutions():
     """Removing the solutions keeps every other cell: the full notebook's cells minus the
     solution cells, the "Numbers in the solution" cells and the <details> are the student's."""
     for source in CHAPTERS:
-        full = notebooks.clean_notebook(source)
+        full = convert.clean_notebook(source)
         kept = []
         for cell in full.cells:
             body = re.sub(r"<details>\n<summary>Solution.*?</details>", "", cell.source,
@@ -190,41 +184,6 @@ def test_student_notebook_equals_full_one_without_its_solutions():
             if body:
                 kept.append((cell.cell_type, body))
         student = [(c.cell_type, c.source.strip())
-                   for c in notebooks.clean_notebook(source, student=True).cells]
+                   for c in convert.clean_notebook(source, student=True).cells]
         assert student == kept, source.name
 
-
-def _myst(body: str) -> str:
-    return ("---\njupytext:\n  text_representation:\n    format_name: myst\nkernelspec:\n"
-            "  name: python3\n  display_name: Python 3\n---\n\n" + body)
-
-
-def test_without_solutions_on_every_form():
-    text = _myst(
-        "# T\n\n:::{exercise}\n:label: e1\n\nDo it.\n:::\n\n"
-        "```{code-cell} ipython3\ncheck(f)\n```\n\n"
-        "Prose kept.\n\n```{solution-start} e1\n:class: dropdown\n```\n\nSECRET one.\n\n"
-        "```{code-cell} ipython3\nsecret_code()\n```\n\nSECRET two.\n\n```{solution-end}\n```"
-        "\n\nAfter.\n\n````{solution} e1\nSECRET three.\n```python\nx = 1\n```\n````\n\n"
-        "```text\n```{solution-start} e1\nnot a directive\n```\n")
-    nb = jupytext.reads(text, fmt="md:myst")
-    kept = notebooks.without_solutions(nb.cells)
-    joined = "\n".join(c.source for c in kept)
-    assert "SECRET" not in joined and "secret_code" not in joined and "x = 1" not in joined
-    for expected in ("Do it.", "check(f)", "Prose kept.", "After.", "not a directive"):
-        assert expected in joined
-    assert [c.cell_type for c in kept] == ["markdown", "code", "markdown", "markdown"]
-    assert kept[2].source == "Prose kept." and kept[3].source.startswith("After.")
-
-
-def test_exercise_numbers_read_the_headings_directive_writes():
-    for source in CHAPTERS:
-        nb = notebooks.clean_notebook(source, student=True)
-        numbers = [n for c in nb.cells if c.cell_type == "markdown"
-                   for n in notebooks.exercise_numbers(c.source)]
-        n_exercises = len(re.findall(r"^:::\{exercise\}", source.read_text(encoding="utf-8"),
-                                     re.MULTILINE))
-        assert len(numbers) == len(set(numbers)) == n_exercises, (source.name, numbers)
-    assert notebooks.exercise_numbers("### Exercise 1.2: tiles\n\n> text") == ["1.2"]
-    assert notebooks.exercise_numbers("## Exercises\n\n### Exercise 3\n") == ["3"]
-    assert notebooks.exercise_numbers("Exercise 3 is above") == []

@@ -1,5 +1,5 @@
 """tools/widget_redraw.py times every widget of the chapters of a table of contents, read by
-the one toc reader, tools/notebooks.py's toc_files (parts and sections included)."""
+the one toc reader, tools/toc.py's toc_files (tested in tests/tools/test_toc.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import sys
 
 import pytest
 
-from tools import notebooks
 from tools.paths import ROOT
 
 pytest.importorskip("matplotlib")
@@ -92,20 +91,3 @@ def test_times_every_widget_of_the_toc(tmp_path):
     proc = _run([book / "plain.md", "--out", out], cwd=tmp_path)
     assert "(no widgets found)" in proc.stdout and json.loads(out.read_text())["widgets"] == []
 
-
-def test_toc_files_walks_parts_and_sections(tmp_path):
-    for name in ("intro", "a", "b", "c"):
-        (tmp_path / f"{name}.md").write_text("# x\n")
-    (tmp_path / "_toc.yml").write_text(
-        "# root: commented.md\nformat: jb-book\nroot: intro\nparts:\n"
-        "  - caption: One\n    chapters:\n      - file: a\n        sections:\n"
-        "          - file: b.md\n          - url: https://example.org\n"
-        "  - caption: Two\n    chapters:\n      - file: c  # last\n")
-    toc = tmp_path / "_toc.yml"
-    assert notebooks.toc_files(toc) == [tmp_path / f"{n}.md" for n in ("intro", "a", "b", "c")]
-    toc.write_text(toc.read_text() + "      - file: missing\n")
-    with pytest.raises(ValueError, match="missing.md"):
-        notebooks.toc_files(toc)
-    toc.write_text("root: intro\nchapters:\n  - glob: '*'\n")
-    with pytest.raises(ValueError, match="glob"):
-        notebooks.toc_files(toc)

@@ -33,6 +33,12 @@ On the website no verdict is shown: while the book is built
 line, so the page gives nothing away before the reader has tried; in Jupyter and Colab it
 shows the verdict.
 
+A checker displays its Feedback itself, as soon as it returns, whenever it runs in an IPython
+kernel (Jupyter, Colab, the book's build): the verdict shows even when the call is not the
+last line of its cell (``check_x(f)`` followed by ``print("done")``). The returned Feedback,
+as the cell's last expression, is then not shown a second time in the same cell
+(:meth:`Feedback._ipython_display_`); shown in a later cell, or printed, it shows again.
+
 flashlib.book.exercises.intro           the Introduction
 flashlib.book.exercises.overflow        The overflow problem
 flashlib.book.exercises.online_softmax  Online softmax
@@ -77,8 +83,9 @@ NOT_ATTEMPTED = (
     "not attempted yet: replace `raise NotImplementedError` with your code and run the cell again"
 )
 #: What a checker cell shows on the website (the book build): never a verdict or a hint.
-ON_THE_SITE = ("Run this cell in Jupyter or Colab (the links at the top of the page) to check "
-               "your answer.")
+#: Two short lines under the exercise's title, so that the output fits a phone's code column.
+ON_THE_SITE = ("Run this cell in Jupyter or Colab (links at the top of the page)\n"
+               "to check your answer.")
 
 
 class NotAttempted(Exception):
@@ -107,6 +114,7 @@ class Feedback:
         self.exercise = exercise
         self.passes: list[str] = []
         self.problems: list[str] = []
+        self._shown_in: int | None = None  # the cell it was displayed in (_cell_number)
 
     def ok(self, message: str) -> None:
         self.passes.append(message)
@@ -138,7 +146,7 @@ class Feedback:
 
     def __repr__(self) -> str:
         if static_site():
-            return f"{self.exercise}: {ON_THE_SITE}"
+            return f"{self.exercise}:\n{ON_THE_SITE}"
         head = (f"PASSED {self.exercise}: all {len(self.passes)} checks passed."
                 if self.passed else f"NOT YET {self.exercise}:")
         lines = [head]
@@ -147,6 +155,53 @@ class Feedback:
         return "\n".join(lines)
 
     __str__ = __repr__
+
+    def show(self) -> None:
+        """Display this Feedback now, in an IPython kernel (as plain text: the verdict, or on
+        the website the neutral line); outside IPython, nothing."""
+        shell = _ipython_shell()
+        if shell is None:
+            return
+        from IPython.display import display
+
+        display({"text/plain": repr(self)}, raw=True)
+        self._shown_in = _cell_number(shell)
+
+    def _ipython_display_(self) -> None:
+        """IPython's display of the Feedback (a cell's last expression, ``display(fb)``):
+        nothing when the checker already showed it in this same cell (see the module
+        docstring), else :meth:`show`."""
+        shell = _ipython_shell()
+        if shell is not None and self._shown_in == _cell_number(shell):
+            return
+        self.show()
+
+
+def _ipython_shell() -> Any:
+    """The running IPython shell (a kernel, or IPython in a terminal), else None."""
+    import sys
+
+    if "IPython" not in sys.modules:  # never imported: no shell is running
+        return None
+    from IPython import get_ipython
+
+    return get_ipython()
+
+
+_CELLS = {"shell": None, "count": 0}
+
+
+def _cell_number(shell: Any) -> int:
+    """How many cells ``shell`` has started running since the first checker ran: a number
+    that identifies the current cell (IPython's execution_count does not move in cells run
+    with store_history=False)."""
+    if _CELLS["shell"] is not shell:
+        def started(*_args: Any) -> None:
+            _CELLS["count"] += 1
+
+        shell.events.register("pre_run_cell", started)
+        _CELLS["shell"], _CELLS["count"] = shell, 0
+    return _CELLS["count"]
 
 
 def call_learner(fn: Callable[..., Any], *args: Any) -> tuple[Any, list[str]]:
@@ -238,6 +293,7 @@ def checker(title: str) -> Callable[[Callable[..., None]], Callable[..., Feedbac
                 fb.passes = []
             except LearnerError as err:
                 fb.fail(str(err))
+            fb.show()  # the verdict shows even when the call is not the cell's last line
             return fb
 
         signature = inspect.signature(body)  # shown by help(): the body's, without fb

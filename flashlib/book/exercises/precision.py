@@ -26,7 +26,6 @@ from flashlib.studies.precision import (
     dot,
     flash2_forward_with_casts,
     fp8_attention,
-    random_hadamard,
     random_inputs,
     round_to,
     standard_attention_with_casts,
@@ -388,10 +387,3 @@ def check_rotation(fb: Feedback, fn: Callable[..., tuple[np.ndarray, np.ndarray]
                         f"{after:.2g}: the rotation must spread each outlier over every "
                         "coordinate (a Hadamard matrix does; sign flips or a permutation "
                         "alone do not)")
-
-
-#: A working rotation, for the chapter's solution dropdown and the tests.
-def _solution_rotate(Q: np.ndarray, K: np.ndarray, rng: np.random.Generator
-                     ) -> tuple[np.ndarray, np.ndarray]:
-    M = random_hadamard(Q.shape[1], rng)
-    return Q @ M, K @ M

@@ -253,8 +253,8 @@ def _o_writes_hint(got: float, N: int, B_r: int, B_c: int, order: str) -> str:
 
 @checker("writes of O")
 def check_o_writes(fb: Feedback, fn: Callable[[int, int, int, str], Any]) -> None:
-    """Check ``o_writes(N, B_r, B_c, order)``: the block writes of O (``mem.write(O, i,
-    ...)``; not the initialisation) of Algorithm 1 ("v1") and FlashAttention-2 ("v2") for
+    """Check ``o_writes(N, B_r, B_c, order)``: the block writes of O (``O[i : i + B_r] =
+    ...``; not the initialisation) of Algorithm 1 ("v1") and FlashAttention-2 ("v2") for
     self-attention over N rows, first at :data:`O_WRITES_PROBLEM`."""
     for N, B_r, B_c in O_WRITES_CASES:
         for order in ("v1", "v2"):

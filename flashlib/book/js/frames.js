@@ -1,7 +1,8 @@
 // flashlib.book.widgets, interactive_figure: switch between precomputed PNG frames.
 // Inlined into each figure's HTML after its JSON data; __FLASHLIB_ID__ is the figure's id.
-// data: {labels: [[slider 0's value labels], ...], frames: [base64 PNG], index: [frame of
-// each grid point, last slider fastest], alts: [alt texts], altIndex: [alt of each point]}.
+// data: {labels: [[slider 0's value labels], ...], frames: [PNG URLs: data URLs, or files
+// of the site], index: [frame of each grid point, last slider fastest], alts: [alt texts],
+// altIndex: [alt of each point]}.
 (function (root) {
   if (!root || root.getAttribute("data-ready")) return;
   root.setAttribute("data-ready", "1");
@@ -16,7 +17,7 @@
       input.setAttribute("aria-valuetext", label);
       input.parentNode.querySelector("output").textContent = label;
     });
-    img.src = "data:image/png;base64," + data.frames[data.index[point]];
+    img.src = data.frames[data.index[point]];
     img.alt = data.alts[data.altIndex[point]];
   }
   inputs.forEach(function (input) { input.addEventListener("input", update); });

@@ -47,19 +47,22 @@ function draw(data, values, h) {
     parts.push(h.el("text", Object.assign({x: tx, y: y}, attrs || {}), h.esc(text)));
     y += 15;
   }
-  line("tile " + (st.tile ? "(" + st.tile[0] + ", " + st.tile[1] + ")" : "none yet"),
-       {"font-weight": "bold"});
+  // tiles, blocks and rows are logged 0-based (as the code counts) and shown from 1, as the
+  // papers' boxes count them: tile (1, 2) of the log is "tile (2, 3)"
+  var tileName = st.tile ? "(" + (st.tile[0] + 1) + ", " + (st.tile[1] + 1) + ")" : null;
+  line("tile " + (tileName || "none yet"), {"font-weight": "bold"});
   line("SRAM holds:");
   // on-chip arrays are logged by their names ("O_i"), blocks by array and index ("O", 1)
   var held = st.sram.map(function (p) {
-    return p[0].replace(/_i$/, "") + (p[1] === null ? "" : "_" + p[1]);
+    return p[0].replace(/_i$/, "") + (p[1] === null ? "" : "_" + (p[1] + 1));
   });
   for (var c = 0; c < held.length; c += 4) line("  " + held.slice(c, c + 4).join(" "));
   line(h.fmt(st.sram_elements) + " elements");
   var reads = st.events.filter(function (e) { return e[0] === "read"; }).length;
   var writes = st.events.filter(function (e) { return e[0] === "write"; }).length;
   line(reads + " loads, " + writes + " stores");
-  line("row " + run.row + ": " + st.keys_seen + "/" + run.n_k + " keys", {fill: "#D55E00"});
+  line("row " + (run.row + 1) + ": " + st.keys_seen + "/" + run.n_k + " keys",
+       {fill: "#D55E00"});
   line(st.m === null ? "m, l: not yet" :
        "m = " + h.fmt(st.m, 3) + ", l = " + h.fmt(st.l, 3), {fill: "#D55E00"});
   y = Math.max(y, gy + run.n * scale) + 16;
@@ -79,9 +82,9 @@ function draw(data, values, h) {
     width: W, height: y, "font-size": 12, fill: "currentColor", "font-family": "sans-serif"},
     parts.join(""));
   var alt = (names[run.order] || run.order) + ", step " + k + " of " + (steps.length - 1) +
-    ": " + (st.tile ? "tile (" + st.tile[0] + ", " + st.tile[1] + ") is computed, SRAM holds " +
+    ": " + (st.tile ? "tile " + tileName + " is computed, SRAM holds " +
     held.join(", ") : "before the first tile") + "; " + h.fmt(total) +
-    " elements moved so far; row " + run.row + " has seen " + st.keys_seen + " of " +
+    " elements moved so far; row " + (run.row + 1) + " has seen " + st.keys_seen + " of " +
     run.n_k + " keys" + (st.m === null ? "." : ", running maximum m = " + h.fmt(st.m, 3) +
     ", running sum l = " + h.fmt(st.l, 3) + ".");
   return {svg: svg, alt: alt, limits: {step: steps.length}};

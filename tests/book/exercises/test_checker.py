@@ -120,3 +120,33 @@ def test_feedback_text():
     assert fb and repr(fb) == "PASSED x: all 1 checks passed.\n  ok fine"
     fb.fail("bad")
     assert fb.messages == ["bad", "fine"] and str(fb).startswith("NOT YET x:")
+
+
+def test_a_verdict_shows_wherever_the_call_is_in_its_cell(capsys, monkeypatch):
+    """In a kernel the checker displays its Feedback itself: followed by another line, the
+    call still shows its verdict; as the cell's last line it shows once, not twice; the
+    Feedback shown again in a later cell shows again. On the website it is the neutral line."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from flashlib.book import site
+
+    monkeypatch.delenv(site.STATIC_ENV, raising=False)
+    shell = InteractiveShell.instance()
+    try:
+        shell.run_cell("from flashlib.book.exercises.intro import check_attention_flops\n"
+                       "flops = lambda n_q, n_k, d, d_v: 2 * n_q * n_k * d\n")
+        capsys.readouterr()
+
+        def shown(source: str) -> str:
+            shell.run_cell(source, store_history=True)
+            return capsys.readouterr().out
+
+        assert shown("fb = check_attention_flops(flops)\nx = 1").count("NOT YET") == 1
+        assert shown("check_attention_flops(flops)").count("NOT YET") == 1
+        assert shown("fb").count("NOT YET") == 1  # a later cell: shown again
+        assert shown("check_attention_flops(flops)\nprint('done')").count("NOT YET") == 1
+        monkeypatch.setenv(site.STATIC_ENV, "1")
+        out = shown("check_attention_flops(flops)\nx = 2")
+        assert "Run this cell in Jupyter" in out and "NOT YET" not in out
+    finally:
+        InteractiveShell.clear_instance()

@@ -1,0 +1,57 @@
+"""What Colab needs from the book: the URL that opens a chapter's notebook in Colab, and the
+set-up cell that every generated notebook runs first.
+
+- :func:`colab_url`: ``https://colab.research.google.com/github/<org>/<repo>/blob/<branch>/
+  notebooks/<name>.ipynb``, the "Open in Colab" link of the site (tools/book_extension.py)
+  and of the student edition's site (tools/student_edition.py, ``notebooks/student/``);
+- :func:`colab_cell`: tools/colab_cell.md's code with ``{url}`` (_config.yml's
+  ``repository.url``) and ``{version}`` (pyproject.toml) filled in, a ``#@title`` form cell
+  collapsed in Colab and JupyterLab (:data:`COLLAPSED_CODE`) that installs ``flashlib[book]``
+  at the tag ``v{version}`` on Colab; tools/convert.py puts it after each notebook's title;
+- :func:`has_setup_cell`: whether a chapter pasted a set-up cell of its own (the drift check,
+  ``python -m tools.notebooks check``, refuses one: the notebooks get the generated one).
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlparse
+
+import nbformat
+
+from tools.paths import ROOT
+from tools.project import repository, version
+
+COLAB = "https://colab.research.google.com/github"
+COLAB_CELL = ROOT / "tools" / "colab_cell.md"
+#: Metadata that makes JupyterLab show only a cell's first line and Colab its `#@title` form.
+COLLAPSED_CODE = {"cellView": "form", "jupyter": {"source_hidden": True}}
+
+
+def colab_url(repository_url: str, branch: str, name: str, folder: str = "notebooks") -> str:
+    """Colab URL of <folder>/<name>.ipynb (default notebooks/) in a github.com repository."""
+    parsed = urlparse(repository_url)
+    if parsed.netloc != "github.com":
+        raise ValueError(f"repository url must be a github.com URL, got {repository_url!r}")
+    repo = parsed.path.strip("/").removesuffix(".git")
+    return f"{COLAB}/{repo}/blob/{branch}/{folder.strip('/')}/{name}.ipynb"
+
+
+def colab_cell() -> nbformat.NotebookNode:
+    """The set-up cell: tools/colab_cell.md's code with ``{url}`` (_config.yml's
+    ``repository.url``) and ``{version}`` (pyproject.toml) filled in, collapsed."""
+    text = COLAB_CELL.read_text(encoding="utf-8")
+    code = re.search(r"^```python\n(?P<code>.*?)^```$", text, re.MULTILINE | re.DOTALL)
+    if code is None:
+        raise ValueError(f"{COLAB_CELL.relative_to(ROOT)}: no ```python block")
+    source = code["code"].strip("\n")
+    for key, value in (("{url}", repository()[0]), ("{version}", version())):
+        if key not in source:
+            raise ValueError(f"{COLAB_CELL.relative_to(ROOT)}: no {key} in its code")
+        source = source.replace(key, value)
+    return nbformat.v4.new_code_cell(source, metadata=COLLAPSED_CODE)
+
+
+def has_setup_cell(nb: nbformat.NotebookNode) -> bool:
+    """Whether a chapter has its own Colab set-up code (the notebooks get a generated one)."""
+    return any("google.colab" in c.source for c in nb.cells if c.cell_type == "code")
