@@ -12,7 +12,14 @@ from flashlib import flash_attention, naive_attention
 from flashlib.core.constants import LOG2E
 from flashlib.core.masks import band_hides, causal_mask, causal_tiles, straddles_diagonal
 from flashlib.fast.forward import STALE_LIMIT
-from flashlib.studies.ladder import RESCALE_THRESHOLD, RUNGS, THREADS_RUNG, naive_inplace
+from flashlib.studies.ladder import (
+    CHAPTER_RUNGS,
+    RESCALE_THRESHOLD,
+    RUNGS,
+    THREADS_RUNG,
+    flash2_in_matmul,
+    naive_inplace,
+)
 from tests.helpers import assert_error_within, plain_attention
 
 FUNCS = [("naive_inplace", naive_inplace)] + RUNGS + [THREADS_RUNG]
@@ -239,3 +246,70 @@ def test_causal_tiles_is_what_flash_attention_visits(case, monkeypatch):
     flash_attention(x[:n_q], x[:n_k], x[:n_k], block_q=b_r, block_k=b_c, causal=causal)
     computed, masked, _ = causal_tiles(n_q, n_k, b_r, b_c, causal)
     assert (len(seen), sum(seen)) == (computed, masked)
+
+
+# ---- the chapter's rungs: flash2_forward and the two steps shown as diffs from it ------------
+
+CHAPTER_SHAPES = [  # H, n_q, n_k, d, d_v, B_r, B_c
+    (1, 1, 1, 1, 1, 1, 1),
+    (2, 37, 53, 8, 5, 16, 8),  # n not a multiple of the block, n_q != n_k
+    (3, 65, 64, 4, 4, 64, 64),  # one block plus one ragged row
+    (2, 7, 9, 3, 2, 100, 100),  # blocks larger than the problem
+    (2, 100, 7, 8, 3, 3, 5),
+]
+
+
+@pytest.mark.parametrize("shape", CHAPTER_SHAPES, ids=str)
+@pytest.mark.parametrize(("label", "fn"), CHAPTER_RUNGS, ids=[x for x, _ in CHAPTER_RUNGS])
+def test_chapter_rungs_float64_exact(label, fn, shape):
+    h, n_q, n_k, d, d_v, b_r, b_c = shape
+    q, k, v = _qkv(np.random.default_rng(0), (h,), n_q, n_k, d, d_v)
+    o, lse = fn(q, k, v, b_r, b_c)
+    ref_o, ref_lse = naive_attention(q, k, v, return_lse=True)
+    assert o.dtype == lse.dtype == np.float64 and o.shape == ref_o.shape
+    np.testing.assert_allclose(o, ref_o, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(lse, ref_lse, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(("label", "fn"), CHAPTER_RUNGS, ids=[x for x, _ in CHAPTER_RUNGS])
+def test_chapter_rungs_float32_growing_and_large_logits(label, fn):
+    """A running maximum that keeps growing and logits 30 times the usual scale send
+    flash2_in_matmul through its exact step and its overflow check; float32 stays within twice
+    plain attention's error, with no warning."""
+    rng = np.random.default_rng(1)
+    for key_growth, big in ((30.0, 1.0), (None, 30.0)):
+        q, k, v = _qkv(rng, (2,), 70, 90, 16, 8, key_growth=key_growth)
+        q = q * big
+        ref = naive_attention(q, k, v)
+        q32, k32, v32 = (x.astype(np.float32) for x in (q, k, v))
+        with np.errstate(over="raise", invalid="raise", divide="raise"):
+            o, _ = fn(q32, k32, v32, 16, 32)
+        assert o.dtype == np.float32
+        assert_error_within(o, ref, plain_attention(q32, k32, v32))
+
+
+def test_in_matmul_takes_the_stale_step():
+    """The stale step is the point of flash2_in_matmul: at ordinary logits most tiles skip the
+    exact step's max pass (counted through the ufunc np.maximum it calls)."""
+    q, k, v = _qkv(np.random.default_rng(2), (2,), 64, 256, 8, 8)
+    calls = []
+    real = np.maximum
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def maximum(*a, **kw):
+            calls.append(1)
+            return real(*a, **kw)
+
+    import flashlib.studies.ladder as ladder
+
+    saved = ladder.np
+    ladder.np = Spy()
+    try:
+        flash2_in_matmul(q, k, v, 16, 16)
+    finally:
+        ladder.np = saved
+    assert len(calls) == 64 // 16  # one exact step per query block: the first tile
