@@ -33,8 +33,9 @@ rung  function                    trick (GPU counterpart)
  8    :func:`rung8_no_cliff`      no large-logit cliff: scores that could make exp2 or the
                                   matmuls meet subnormal numbers are clamped at 2**-63, and a
                                   row sum that grew too large moves m_i up by a power of two
-                                  instead of redoing the tile (GPUs flush subnormals to zero in
-                                  hardware, so their kernels never meet this cliff)
+                                  instead of redoing the tile (on a GPU, flushing subnormal
+                                  results to zero is a compiler option: nvcc's -ftz=true,
+                                  implied by --use_fast_math)
  9    :func:`flashlib.flash_attention`  the library version: rung 8 keeping only one O(n d)
                                   copy (of K; row sums as s @ 1 instead of a ones column in
                                   V), skipping hidden causal tiles, masking only the diagonal
@@ -52,6 +53,12 @@ and, timed apart (with the wall clock: the process CPU time adds up the threads'
                                   threads (FlashAttention-2's parallelism over the sequence:
                                   thread blocks over (head, query block))
 ====  ==========================  ===========================================================
+
+The chapter shows three rungs instead, written in the style of
+:func:`flashlib.algorithms.flash2_forward` so that each reads as a diff from it
+(:data:`CHAPTER_RUNGS`): :func:`flash2_per_head` (rung 0), :func:`flash2_heads` (every head at
+once, base 2) and :func:`flash2_in_matmul` (the row sum and a stale maximum inside the
+matmuls); the library is its rung 3 and rung 10 above its rung 4.
 
 The rungs take no explicit ``mask`` (the library's :func:`flashlib.flash_attention` does);
 ``causal`` rungs before rung 9 apply the causal mask to every tile, skipping none.
