@@ -93,7 +93,9 @@ def flash_attention_backward(
     BLOCK_Q x BLOCK_K, honoured as given; a tile is min(block, n) on each side).  Returns
     arrays of q's dtype.  Threads: as many as the BLAS thread limit (see
     :func:`flashlib.flash_attention`); split over heads the result does not depend on their
-    number, split over key blocks (fewer heads than threads) it does by rounding only.
+    number, split over key blocks (fewer heads than threads) it does by rounding only, and
+    only on the caller's BLAS limit, never on what other Python threads are doing.
+    o, lse: required arrays (None is refused by name).
     Extra memory beyond inputs and outputs: O(n d) ([Q, -lse], [dO, -D] in the compute
     dtype, one dQ per part for a split over key blocks) plus a group's few B_r x B_c tiles per
     thread (S and P, dP and dS for up to GROUP_TILES key blocks, within TILE_BYTES, or one
@@ -165,6 +167,7 @@ def _backward_key_group(
     j0: int, block_q: int, offset: int | None, mask: np.ndarray | None, heads: slice,
     buf: _BackwardTiles, floor: np.floating | None, exp: np.ufunc = np.exp2,
     lo: int | None = None, lengths: np.ndarray | None = None,
+    bands: np.ndarray | None = None,
 ) -> None:
     """dK_j and dV_j of a group of key blocks (G heads, C blocks of w keys), adding its share
     of dQ into ``dq``.
@@ -181,8 +184,10 @@ def _backward_key_group(
     exactly 0 and P keeps an absolute error below exp(floor), 2**-63 in float32 (None: no
     clamping).  lo: the sliding window's left edge (row i sees keys j >= i + lo: query blocks
     past the last row that sees the group's last key are skipped); lengths: (G,) key padding
-    of the group, or None.  Each query block meets only the key blocks of the group it may see
-    (:func:`keys_seen`), each key block's products BLAS calls of their own.
+    of the group, or None; bands: (G, 2), each sequence's own band when they differ (lo and
+    offset are then the loosest; :func:`hidden_entries`), or None.  Each query block meets
+    only the key blocks of the group it may see (:func:`keys_seen`), each key block's products
+    BLAS calls of their own.
     """
     n_q, c_all, w = q_aug.shape[1], kt.shape[1], kt.shape[3]
     j1 = j0 + c_all * w
@@ -207,7 +212,7 @@ def _backward_key_group(
                         hidden.append((c, c + 1, h[..., None, :, :]))
         else:
             h = hidden_entries(i0, i1, ja, jb, band_hides(i0, i1, ja, jb, lo, offset),
-                               offset, mask, heads, lo, lengths)
+                               offset, mask, heads, lo, lengths, bands)
             if h is not None:
                 if h.all():
                     continue
@@ -349,7 +354,8 @@ def _backward(
                 q_aug[g], do_aug[g], q[g], do[g], kt, vt, k[g, j0:j1].reshape(n_g, count, w, d),
                 dq_parts[part][g], dk_j, dv_j, j0, block_q, p.offset, p.mask, g, buf,
                 floor if clamp else None, exp, p.lo,
-                None if p.key_lengths is None else p.key_lengths[g])
+                None if p.key_lengths is None else p.key_lengths[g],
+                None if p.bands is None else p.bands[g])
 
     pool.run_items(work, items, workers, setup)
     for extra in dq_parts[1:]:

@@ -55,7 +55,7 @@ from typing import NamedTuple
 import numpy as np
 
 from flashlib.core import threads as pool
-from flashlib.core.checks import check_float_dtype, check_int
+from flashlib.core.checks import check_flag, check_float_dtype, check_int
 from flashlib.core.constants import BLOCK_K, BLOCK_Q, LN2, LOG2E, compute_dtype
 from flashlib.core.masks import band_hides, key_range, key_stop
 from flashlib.core.problem import Problem, check_no_overflow, check_problem, results_are_finite
@@ -199,6 +199,7 @@ def _forward_row_block(
     lo: int | None = None,
     lengths: np.ndarray | None = None,
     block_q: int | None = None,
+    bands: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A group of query blocks (rows [i0, i0 + R), G heads) against all the key blocks they
     may see.
@@ -211,7 +212,8 @@ def _forward_row_block(
     clamp: whether scores may fall below the floor of ``exp`` (then tiles whose minimum does
     are clamped to it).  v_bound: max |v|, to tell when the accumulator could overflow.
     lo: the sliding window's left edge (row i sees keys j >= i + lo); lengths: (G,) key
-    padding of the group (sequence g sees keys j < lengths[g]), or None.
+    padding of the group (sequence g sees keys j < lengths[g]), or None; bands: (G, 2), each
+    sequence's own band when they differ (lo and offset are then the loosest), or None.
     block_q: the query block B_r (default: all R rows are one block).  The R rows are up to
     GROUP_TILES query blocks: each key block is multiplied with the query blocks that may see
     it (:func:`rows_seeing`), each block's product a BLAS call of its own
@@ -274,7 +276,7 @@ def _forward_row_block(
         k_j, v_j = k_tiles[:, t, :, :w], v[:, j0:j1]
         straddles = band_hides(i0 + r0, i0 + r1, j0, j1, lo, offset)  # a partial tile of the band
         hidden = hidden_parts(i0 + r0, i0 + r1, j0, j1, straddles, block_q, offset, mask,
-                              heads, lo, lengths)
+                              heads, lo, lengths, bands)
         if hidden is None:
             continue  # an explicit mask or the padding hides the whole tile
         blocks = range(r0 // block_q, -(-r1 // block_q))
@@ -387,6 +389,7 @@ def _forward_unshifted(
     lo: int | None = None,
     lengths: np.ndarray | None = None,
     block_q: int | None = None,
+    bands: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_forward_row_block` when the scores are bounded (:func:`unshifted_ok`): softmax
     does not depend on a shift of the scores, and the shift by the running maximum only keeps
@@ -453,7 +456,7 @@ def _forward_unshifted(
                                      TileCall(pv_v, w))
         s, q_r, l_i, acc, pv, rows, l_tile, qk, pv_call = vw
         hidden = hidden_parts(i0 + r0, i0 + r1, j0, j1, straddles, block_q, offset, mask,
-                              heads, lo, lengths)
+                              heads, lo, lengths, bands)
         if hidden is None:
             continue
         qk(q_r, k_tiles[:, t, :d, :w])  # S_ij, base 2
@@ -488,13 +491,19 @@ def flash_attention(
     PyTorch SDPA's ``enable_gqa=True`` does; K and V are not copied per query head.
     block_q, block_k: the tile sizes B_r and B_c (default BLOCK_Q x BLOCK_K, measured: see
     flashlib.core.constants), honoured as given; a tile is min(block, n) on each side.
-    causal: False, True / "top_left" (row i sees j <= i), "bottom_right" (j <= i + n_k - n_q).
+    causal: False, True / "top_left" (row i sees j <= i), "bottom_right" (j <= i + L - n_q).
     mask: boolean, broadcastable to (..., n_q, n_k); True = may attend.
-    window: ``(left, right)``, a sliding window as flash-attn's ``window_size`` (bottom-right
-    aligned; None for no bound on a side): row i sees keys i + n_k - n_q - left <= j <=
-    i + n_k - n_q + right.  key_lengths: integers broadcastable to the batch shape (...,):
-    key padding, sequence b sees keys j < key_lengths[b].  All masks combine (AND); key blocks
-    that the causal mask, the window or the padding hide entirely are skipped.
+    window: ``(left, right)``, a sliding window as flash-attn's ``window_size`` (None: no
+    bound on that side; a bound of max(n_q, n_k) or more is none): row i sees the keys
+    c - left <= j <= c + right around its diagonal key c, the call's one alignment: c = i for
+    causal True / "top_left", else c = i + L - n_q (bottom-right, flash-attn's).
+    key_lengths: the real keys L of each sequence (default n_k), integers indexing q's leading
+    batch axes: a scalar, (B,) one per batch element (q's axis 0, also when B equals the
+    number of heads), (B, H), (1, H), ...  Keys j >= L are hidden, and a bottom-right
+    diagonal sits on the last real key, so padding changes no output (flash-attn's
+    variable-length lengths, ``cache_seqlens``; :data:`flashlib.core.masks.ALIGNMENT_RULES`).
+    All masks combine (AND); key blocks that the causal mask, the window or the padding hide
+    entirely are skipped.
     scale: defaults to 1/sqrt(d); kept in the compute dtype (float32 for float16 inputs).
     return_lse: also return lse = m + log(l): (..., n_q), natural log, at least float32,
     ``-inf`` for rows that see no key (whose output is 0).
@@ -509,6 +518,7 @@ def flash_attention(
     two, giving what :func:`flashlib.naive_attention` gives; scores that overflow the compute
     dtype even so raise ValueError.
     """
+    return_lse = check_flag(return_lse, "return_lse")
     p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale,
                       blocks=(block_q, block_k), window=window, key_lengths=key_lengths,
                       gqa=True)
@@ -597,19 +607,20 @@ def _forward(p: Problem, base2: bool, workers: int | None = None) -> tuple[np.nd
         i1 = min(i0 + rows_per_group, n_q)
         kv = slice(h0, h1) if g_kv == 1 else slice(h0 // g_kv, h0 // g_kv + 1)  # broadcast
         lengths = None if p.key_lengths is None else p.key_lengths[h0:h1]
+        bands = None if p.bands is None else p.bands[h0:h1]
         if unshifted:  # Q rows contiguous, in q_aug's memory
             q_i = buf.q_aug.reshape(-1)[: (h1 - h0) * (i1 - i0) * d].reshape(
                 h1 - h0, i1 - i0, d)
             np.multiply(p.q[h0:h1, i0:i1], q_scale, out=q_i)
             acc, l_i = _forward_unshifted(q_i, k_tiles[kv], v[kv], i0, slice(h0, h1),
-                                          p.offset, p.mask, buf, p.lo, lengths, b_r)
+                                          p.offset, p.mask, buf, p.lo, lengths, b_r, bands)
             m_i = 0
         else:
             q_i = buf.q_aug[: h1 - h0, : i1 - i0]
             np.multiply(p.q[h0:h1, i0:i1], q_scale, out=q_i[..., :d])
             acc, l_i, m_i = _forward_row_block(
                 q_i, k_tiles[kv], v[kv], i0, slice(h0, h1), p.offset, p.mask, buf, exp,
-                clamp, v_max, p.lo, lengths, b_r)
+                clamp, v_max, p.lo, lengths, b_r, bands)
         seen = l_i > 0  # False for rows that see no key: output 0, lse -inf
         inv = np.reciprocal(l_i, out=np.zeros_like(l_i), where=seen)  # 1 / l_i, per row
         if v_exp or o.dtype != acc.dtype:
