@@ -32,6 +32,9 @@ def normalize_rows_kernel(X, Y, stride_x, stride_y, n_cols, BLOCK: tl.constexpr)
 def normalize_rows(x: torch.Tensor) -> torch.Tensor:
     """x: (n_rows, n_cols) float32 (any row stride, contiguous columns) -> x / x.sum(1)."""
     require_kernels()
+    if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
+        raise TypeError(f"x: expected a float32 torch.Tensor, got "
+                        f"{getattr(x, 'dtype', type(x).__name__)}")
     if x.dim() != 2 or x.stride(1) != 1:
         raise ValueError(f"x: expected a 2-D tensor with contiguous columns, got shape "
                          f"{tuple(x.shape)}, strides {x.stride()}")
