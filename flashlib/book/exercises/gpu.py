@@ -141,7 +141,7 @@ def _launching(run: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
             raise NotAttempted from err
         hint = next((words for phrase, words in _TRITON_HINTS if phrase in str(err)), None)
         lines = text.strip().splitlines()
-        said = f"your code raised {type(root).__name__}: {lines[-1] if lines else ''}"[:300]
+        said = f"your function raised {type(root).__name__}: {lines[-1] if lines else ''}"[:300]
         raise LearnerError(said + (f" ({hint})" if hint else "")) from err
 
 
@@ -224,6 +224,13 @@ def _loop_model(q, k, v, causal: bool, blocks: tuple[int, int], variant: str) ->
 
 def _error(got, want) -> float:
     return float(np.max(np.abs(np.asarray(got, np.float64) - want)))
+
+
+def _unwritten_row(out: np.ndarray) -> int | None:
+    """The first row of ``out`` (filled with NaN before the launch) that no program stored
+    into, or None."""
+    never = np.isnan(out).all(axis=1)
+    return int(np.argmax(never)) if never.any() else None
 
 
 def _close(got, want, dtype: str = "float32") -> bool:
@@ -540,10 +547,19 @@ def check_visible_keys(fb: Feedback, visible: Callable[..., Any]) -> None:
 # ---- whole kernels: views in guarded buffers, every access watched ---------------------------
 
 def _launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> None:
-    """``kernel[grid](*args, **kwargs)``, or a LearnerError when ``kernel`` is no kernel."""
+    """``kernel[grid](*args, **kwargs)``, or a LearnerError when ``kernel`` is no kernel (a
+    plain function is called once, so that an unfinished one reads as not attempted and a
+    crash is named)."""
     if not hasattr(kernel, "__getitem__"):
-        raise LearnerError("this is not a Triton kernel: put @triton.jit on the line before "
-                           "its def")
+        fix = "not a Triton kernel: put @triton.jit on the line before its def"
+        try:
+            kernel(*args, *kwargs.values())  # the constexprs, in the order given
+        except NotImplementedError:
+            raise NotAttempted from None
+        except Exception as err:
+            raise LearnerError(f"your function raised {type(err).__name__}: {err}"[:200]
+                               + f"; and it is {fix}") from err
+        raise LearnerError(f"this is {fix}")
     kernel[grid](*args, **kwargs)
 
 
@@ -649,8 +665,7 @@ def check_softmax_kernel(fb: Feedback, kernel: Any) -> None:
             want = _softmax_reference(x_np)
             if problem:
                 _fail(fb, said, name, problem)
-            elif np.isnan(got).all(axis=1).any():
-                r = int(np.argmax(np.isnan(got).all(axis=1)))
+            elif (r := _unwritten_row(got)) is not None:
                 fb.fail(f"{name}: row {r} of Y was never written: program r writes row r "
                         "(tl.store(Y + r * stride_y + cols, ...))")
             elif _close(got, want):
@@ -722,8 +737,14 @@ _FORWARD_HINTS = {
 }
 
 
+def _one_program_per_block(N_Q: int, B_r: int) -> tuple[int]:
+    """The launch grid of Exercise 10.5: one program per block of B_r query rows."""
+    return (-(-N_Q // B_r),)
+
+
 @checker("a FlashAttention forward kernel")
-def check_attention_kernel(fb: Feedback, kernel: Any, grid: Callable[[int, int], Any]) -> None:
+def check_attention_kernel(fb: Feedback, kernel: Any,
+                           grid: Callable[[int, int], Any] | None = None) -> None:
     """Check ``attention_kernel(Q, K, V, O, stride_q, stride_k, stride_v, stride_o, N_Q, N_K,
     qk_scale, B_r, B_c, D)`` launched on ``grid(N_Q, B_r)``: O = softmax(Q K^T / sqrt(D)) V,
     one program per block of B_r query rows, for arrays whose rows are padded (strides), ragged
@@ -733,6 +754,11 @@ def check_attention_kernel(fb: Feedback, kernel: Any, grid: Callable[[int, int],
     from flashlib.book.exercises import call_learner
     from flashlib.gpu import require_kernels
     from flashlib.gpu.watch import guarded
+
+    if grid is None:
+        fb.fail("grid: pass your launch grid too, check_attention_kernel(attention_kernel, "
+                "grid); the kernel is checked below on the grid (cdiv(N_Q, B_r),)")
+        grid = _one_program_per_block
 
     device = require_kernels().device
     cases = [  # n_q, n_k, D, blocks, logit scale
@@ -772,8 +798,7 @@ def check_attention_kernel(fb: Feedback, kernel: Any, grid: Callable[[int, int],
             want = _reference(q_np, k_np, v_np)
             if problem:
                 _fail(fb, said, name, problem)
-            elif np.isnan(got).all(axis=1).any():
-                r = int(np.argmax(np.isnan(got).all(axis=1)))
+            elif (r := _unwritten_row(got)) is not None:
                 fb.fail(f"{name}: row {r} of O was never written: program p stores rows "
                         "p * B_r .. p * B_r + B_r - 1 (tl.store with mask=rows < N_Q)")
             elif _close(got, want):

@@ -226,7 +226,7 @@ def test_softmax_not_attempted_and_not_a_kernel(answer):
     assert ex.check_softmax_kernel(todo.softmax_kernel).problems == [NOT_ATTEMPTED]
     plain = answer("ex-gpu-softmax", ("@triton.jit\n", ""))
     assert_fails_with(ex.check_softmax_kernel(plain.softmax_kernel),
-                      "this is not a Triton kernel: put @triton.jit")
+                      "not a Triton kernel: put @triton.jit")
 
 
 @pytest.mark.parametrize(("swaps", "phrases"), [
@@ -328,3 +328,20 @@ def test_checkers_say_plainly_when_the_kernels_cannot_run(monkeypatch):
         assert not fb.passed
         assert fb.problems == ["this exercise runs a Triton kernel, which cannot run here: "
                                "torch is not installed"]
+
+
+def test_attention_kernel_without_a_grid_is_checked_on_the_right_one(answer):
+    solution = answer("ex-gpu-kernel")
+    fb = ex.check_attention_kernel(solution.attention_kernel)
+    assert_fails_with(fb, "grid: pass your launch grid too")
+    assert "N_Q=45, N_K=70, D=16, B_r x B_c = 16 x 32: correct" in text(fb)
+
+
+def test_a_plain_function_is_called_once_and_named(answer):
+    def crashes(*args):
+        raise IndexError("boom")
+
+    assert_fails_with(ex.check_softmax_kernel(crashes), "your function raised IndexError: boom",
+                      "not a Triton kernel")
+    assert ex.check_softmax_kernel(lambda *args: None).problems[0].endswith(
+        "this is not a Triton kernel: put @triton.jit on the line before its def")
