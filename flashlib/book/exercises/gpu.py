@@ -747,8 +747,9 @@ def check_attention_kernel(fb: Feedback, kernel: Any,
                            grid: Callable[[int, int], Any] | None = None) -> None:
     """Check ``attention_kernel(Q, K, V, O, stride_q, stride_k, stride_v, stride_o, N_Q, N_K,
     qk_scale, B_r, B_c, D)`` launched on ``grid(N_Q, B_r)``: O = softmax(Q K^T / sqrt(D)) V,
-    one program per block of B_r query rows, for arrays whose rows are padded (strides), ragged
-    N_Q and N_K, N_Q = 1, and large scores; every access inside the arrays."""
+    one program per block of B_r query rows, for arrays whose rows are padded (rows further
+    apart than D), ragged N_Q and N_K, N_Q = 1, and large scores; every access inside the
+    arrays."""
     if _cannot_run(fb):
         return
     from flashlib.book.exercises import call_learner
