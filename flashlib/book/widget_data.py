@@ -9,6 +9,8 @@ Each function shapes what one widget or figure shows, next to the code that draw
 :func:`backward_widget_frame`, :func:`backward_widget_data`  the backward widget: saved bytes,
     FLOPs and which program writes which block
 :func:`precision_table`       the precision widget's table
+:func:`launch_grid_widget_data`  the GPU chapter's launch-grid widget: where each program's
+    loop over keys stops (:func:`flashlib.gpu.grid.key_block_end`)
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from flashlib.studies.tiling import (
 )
 
 __all__ = [
+    "launch_grid_widget_data",
     "tiling_frames",
     "tiling_widget_data",
     "io_widget_data",
@@ -328,3 +331,23 @@ def precision_table(
                                                      dt_in, dt_p, dt_acc, standard, tiled,
                                                      plain, gap))
     return rows
+
+
+def launch_grid_widget_data(n_values: Iterable[int], B_r_values: Iterable[int],
+                            B_c_values: Iterable[int], *, d: int = 64) -> dict[str, Any]:
+    """The launch-grid widget's table (flashlib/book/js/launch_grid.js), JSON-able: for each
+    n (= n_q = n_k), B_r, B_c and mask, keyed "n-B_r-B_c-causal" (causal "on"/"off"), the key
+    where each program's loop stops (:func:`flashlib.gpu.grid.key_block_end`); program p
+    reads rows p B_r .. min(n, (p + 1) B_r) - 1 of Q, keys 0 .. stop - 1 of K and V in tiles
+    of B_c, and writes its rows of O and L.  ``d``: the head dim the bytes are counted for."""
+    from flashlib.gpu.grid import cdiv, key_block_end
+
+    n_values, B_r_values, B_c_values = list(n_values), list(B_r_values), list(B_c_values)
+    configs = {}
+    for n in n_values:
+        for B_r in B_r_values:
+            for B_c in B_c_values:
+                for mask in ("off", "on"):
+                    configs[f"{n}-{B_r}-{B_c}-{mask}"] = [
+                        key_block_end(p, B_r, n, mask == "on") for p in range(cdiv(n, B_r))]
+    return {"d": check_int(d, "d", minimum=1), "configs": configs}
