@@ -174,11 +174,19 @@ def io_widget_data(N_values: Iterable[int], d_values: Iterable[int], M_values: I
     is a run on a :class:`CountingMemory` whose SRAM holds exactly M elements (:func:`count_io`),
     for N <= ``count_N`` and at most ``count_tiles`` tiles (None otherwise, or when M cannot
     hold one step, then every entry but the order's name is None).  ``floor``: 4 N d per
-    "N-d" (:func:`flashlib.studies.io_model.minimum_traffic`)."""
-    from flashlib.studies.io_model import minimum_traffic, traffic
+    "N-d" (:func:`flashlib.studies.io_model.minimum_traffic`).
+
+    ``passes``: the mechanism, per key and order, ``[once, per_pass, passes]`` with
+    ``once + per_pass * passes == modelled``: what is moved once, and what is moved again on
+    every pass of the outer loop ("v1": Q, O, l, m for each of T_c key blocks; "v2": K, V for
+    each of T_r query blocks; "standard": S and P, 4 N^2, one "pass").  ``sram``: per key,
+    ``{array: elements}`` one step of "v2" holds (:func:`sram_footprint`), or None."""
+    from flashlib.studies.io_model import minimum_traffic, sram_footprint, traffic
 
     N_values, d_values, M_values = list(N_values), list(d_values), list(M_values)
     rows: dict[str, dict[str, list[int | None]]] = {}
+    passes: dict[str, dict[str, list[int] | None]] = {}
+    sram: dict[str, dict[str, int] | None] = {}
     floor: dict[str, int] = {}
     for N in N_values:
         for d in d_values:
@@ -186,22 +194,32 @@ def io_widget_data(N_values: Iterable[int], d_values: Iterable[int], M_values: I
             standard = traffic("standard", N, N, d).total
             counted_standard = count_io(N, d, None, "standard") if N <= count_N else None
             for M in M_values:
+                key = f"{N}-{d}-{M}"
                 row: dict[str, list[int | None]] = {
                     "standard": [None, None, standard, counted_standard]}
+                passes[key] = {"standard": [standard - 4 * N * N, 4 * N * N, 1]}
+                sram[key] = None
                 for order in ORDERS:
                     try:
                         B_r, B_c = block_sizes(M, d, order, rule="fit")
                     except ValueError:
                         row[order] = [None, None, None, None]
+                        passes[key][order] = None
                         continue
+                    if order == "v1":  # Q, O, l, m again for each key block
+                        passes[key][order] = [2 * N * d + N * (d + 2), N * (3 * d + 4),
+                                              -(-N // B_c)]
+                    else:  # K and V again for each query block
+                        passes[key][order] = [2 * N * d + N, 2 * N * d, -(-N // B_r)]
+                        sram[key] = sram_footprint(order, B_r, B_c, d, n_q=N, n_k=N)
                     modelled = traffic(order, N, N, d, B_r=B_r, B_c=B_c).total
                     tiles = -(-N // B_r) * -(-N // B_c)
                     counted = (count_io(N, d, M, order, rule="fit")
                                if N <= count_N and tiles <= count_tiles else None)
                     row[order] = [B_r, B_c, modelled, counted]
-                rows[f"{N}-{d}-{M}"] = row
+                rows[key] = row
     return {"N_values": N_values, "d_values": d_values, "M_values": M_values,
-            "rows": rows, "floor": floor}
+            "rows": rows, "floor": floor, "passes": passes, "sram": sram}
 
 
 @functools.lru_cache(maxsize=64)
