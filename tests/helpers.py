@@ -239,3 +239,20 @@ def not_attempted(*args):
 
 def crashing(*args):
     raise ValueError("oops")
+
+
+def book_solution(chapter: str, label: str) -> dict:
+    """The namespace of the book's solution of the exercise ``label`` in book/<chapter>.md:
+    its ```python blocks (between ``{solution-start} label`` and ``{solution-end}``), run
+    with numpy imported as np, as a reader would paste them."""
+    import re
+    from pathlib import Path
+
+    source = (Path(__file__).resolve().parents[1] / "book" / f"{chapter}.md").read_text()
+    start = source.index(f"```{{solution-start}} {label}\n")
+    end = source.index("```{solution-end}", start)
+    blocks = re.findall(r"```python\n(.*?)```", source[start:end], re.DOTALL)
+    assert blocks, f"no python block in the solution of {label}"
+    namespace: dict = {"np": np}
+    exec(compile("\n".join(blocks), f"<solution {label}>", "exec"), namespace)  # noqa: S102
+    return namespace
