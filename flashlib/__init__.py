@@ -38,9 +38,15 @@ FlashAttention-2 forward       ``flash2_forward``              ``flash_attention
 ... with a mask                ``masked_flash_forward``        ``flash_attention(causal=...)``
 FlashAttention-2 backward      ``flash2_backward``             ``flash_attention_backward``
 ... in two passes              ``two_pass_backward``           ``flash_attention_backward``
+split-KV decoding              ``split_kv_decode``             ``decode_attention`` [2]
+grouped-query attention        ``grouped_query_attention``     ``flash_attention`` (k, v with
+                                                               fewer heads than q)
 =============================  ==============================  ===============================
 
-[1] in :mod:`flashlib.fast.online`; every other twin is in the root API below.
+[1] in :mod:`flashlib.fast.online`; [2] in :mod:`flashlib.fast.decoding` (it computes what
+``flash_attention`` computes, in Flash-Decoding's schedule: the root API keeps one function per
+result); every other twin is in the root API below.  The teaching functions check nothing;
+call their twins, which refuse bad input by name.
 
 The public API below is the library: what a program that only wants attention imports.
 """

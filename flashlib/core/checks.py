@@ -21,6 +21,7 @@ __all__ = [
     "as_float_array",
     "check_float_dtype",
     "check_int",
+    "check_flag",
     "check_block",
     "check_finite",
     "check_order",
@@ -55,7 +56,10 @@ def _refuse_array_subclasses(x: object, name: str, masked_hint: str) -> None:
 
 
 def as_array(x: object, name: str, masked_hint: str) -> np.ndarray:
-    """``x`` as a plain ndarray (subclasses dropped, big-endian floats made native)."""
+    """``x`` as a plain ndarray (subclasses dropped, big-endian floats made native); None is
+    refused by name (numpy would read it as an object array)."""
+    if x is None:
+        raise TypeError(f"{name} must be an array, got None")
     _refuse_array_subclasses(x, name, masked_hint)
     try:
         arr = np.asarray(x)
@@ -82,7 +86,10 @@ def as_float_array(x: object, name: str, masked_hint: str = MASKED_HINT_ATTENTIO
 
 def check_float_dtype(dtype: object, name: str = "dtype") -> np.dtype:
     """``dtype`` (a string, a type or a ``np.dtype``) as one of :data:`FLOAT_DTYPES`, or a
-    TypeError naming ``name`` (integers, booleans, ``longdouble`` and non-dtypes are refused)."""
+    TypeError naming ``name`` (integers, booleans, ``longdouble``, non-dtypes and None, which
+    numpy would read as float64, are refused)."""
+    if dtype is None:
+        raise TypeError(f"{name} must be float16, float32 or float64, got None")
     try:
         dt = np.dtype(dtype)
     except TypeError as err:
@@ -106,6 +113,14 @@ def check_int(value: object, name: str, minimum: int | None = None) -> int:
             minimum, f"an integer >= {minimum}")
         raise ValueError(f"{name} must be {kind}, got {value}")
     return int(value)
+
+
+def check_flag(value: object, name: str) -> bool:
+    """``value`` as a bool: True or False (numpy's too); anything else, None included, is a
+    TypeError naming ``name`` (a truthy string or array would otherwise pass silently)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
 
 
 def check_block(value: object, name: str) -> int:
@@ -148,4 +163,7 @@ def check_shape(shape: object, name: str = "shape") -> tuple[int, ...]:
         for n in items
     ):
         raise ValueError(f"{name} must be a tuple of non-negative integers, got {shape!r}")
-    return tuple(int(n) for n in items)
+    items = tuple(int(n) for n in items)
+    if any(n >= 2**63 for n in items):  # numpy's sizes are int64
+        raise ValueError(f"{name} must have sizes below 2**63, got {shape!r}")
+    return items

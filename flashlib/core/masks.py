@@ -9,6 +9,15 @@ mask is a diagonal ``offset``: row ``i`` sees key ``j`` when ``j <= i + offset``
 ``offset = 0`` for the top-left alignment (SDPA's ``is_causal``) and ``offset = n_k - n_q`` for
 the bottom-right one (flash-attn >= 2.1).
 
+One alignment per call (:data:`ALIGNMENT_RULES` states it as a table, the masking chapter prints
+it): every mask option of a call is placed on one diagonal.  ``causal=True`` or ``"top_left"``
+puts it at ``j = i`` (the queries are the first n_q positions: SDPA); otherwise (``causal=False``
+or ``"bottom_right"``) at ``j = i + L - n_q``, with ``L`` the sequence's real length,
+``key_lengths[b]`` or n_k (the queries are the last n_q positions of the real keys: flash-attn's
+``causal`` and ``window_size``, with its variable-length and KV-cache functions' lengths).  The
+sliding window sits on that diagonal; key padding hides the keys ``j >= L``.  So padding a
+sequence's keys never changes its outputs (:func:`padded` is the rule as a predicate).
+
 The masking chapter's vocabulary (attention-gym's): a mask is a *predicate*
 ``visible(i, j, n_q, n_k)`` on a query index and a key index (numpy arrays broadcast), one per
 concept (:func:`causal_top_left`, :func:`causal_bottom_right`, :func:`sliding_window`,
@@ -29,12 +38,16 @@ from flashlib.core.checks import check_block, check_int
 
 __all__ = [
     "causal_offset",
+    "alignment",
+    "ALIGNMENT_RULES",
     "check_window",
     "band_bounds",
+    "sequence_bands",
     "causal_top_left",
     "causal_bottom_right",
     "sliding_window",
     "key_padding",
+    "padded",
     "both",
     "dense_mask",
     "Predicate",
@@ -62,8 +75,8 @@ __all__ = [
 def causal_offset(causal: object, n_q: int, n_k: int) -> int | None:
     """The causal diagonal: row ``i`` may see key ``j`` when ``j <= i + offset``.
 
-    ``False`` -> None (no causal mask); ``True`` or ``"top_left"`` -> 0 (PyTorch SDPA's
-    ``is_causal``); ``"bottom_right"`` -> ``n_k - n_q`` (flash-attn >= 2.1).
+    ``False`` (or None) -> None (no causal mask); ``True`` or ``"top_left"`` -> 0 (PyTorch
+    SDPA's ``is_causal``); ``"bottom_right"`` -> ``n_k - n_q`` (flash-attn >= 2.1).
     """
     if isinstance(causal, np.bool_):
         causal = bool(causal)
@@ -78,8 +91,31 @@ def causal_offset(causal: object, n_q: int, n_k: int) -> int | None:
     )
 
 
+def alignment(causal: object) -> str:
+    """The diagonal every mask option of a call is placed on: ``"top_left"`` (j = i) when
+    ``causal`` is True or "top_left", else ``"bottom_right"`` (j = i + L - n_q, L the real
+    length of the sequence's keys)."""
+    return "top_left" if causal_offset(causal, 0, 1) == 0 else "bottom_right"
+
+
+#: The alignment rule as a table, one row per way of calling (each row a test case): the
+#: arguments, the diagonal key of query row i (L: the sequence's real length, ``key_lengths[b]``
+#: or n_k), the library whose convention it is.
+ALIGNMENT_RULES = (
+    ("causal=True or 'top_left'", "i", "PyTorch SDPA is_causal (causal_upper_left)"),
+    ("causal='bottom_right'", "i + L - n_q",
+     "flash-attn causal=True (>= 2.1), PyTorch causal_lower_right"),
+    ("window=(left, right), causal False or 'bottom_right'", "i + L - n_q",
+     "flash-attn window_size"),
+    ("window=(left, right), causal=True or 'top_left'", "i", "Transformers sliding_window"),
+    ("key_lengths=L", "moves the bottom-right diagonal to the last real key",
+     "flash-attn cu_seqlens, flash_attn_with_kvcache cache_seqlens"),
+)
+
+
 def check_window(window: object) -> tuple[int | None, int | None] | None:
-    """A sliding window ``(left, right)``: each a non-negative integer or None (no bound)."""
+    """A sliding window ``(left, right)``: each a non-negative integer of any size (Python or
+    numpy) or None (no bound)."""
     if window is None:
         return None
     if not isinstance(window, (tuple, list)) or len(window) != 2:
@@ -93,18 +129,45 @@ def check_window(window: object) -> tuple[int | None, int | None] | None:
 def band_bounds(causal: object, window: object, n_q: int,
                 n_k: int) -> tuple[int | None, int | None]:
     """(lo, hi): row i sees keys i + lo <= j <= i + hi (None: no bound), the causal mask AND
-    the sliding window ``(left, right)``, bottom-right aligned as flash-attn's ``window_size``:
-    lo = n_k - n_q - left, hi = min(causal offset, n_k - n_q + right)."""
+    the sliding window ``(left, right)`` on the call's one diagonal j = i + c
+    (:func:`alignment`): c = 0 for ``causal`` True/"top_left", else c = n_k - n_q (flash-attn's
+    ``window_size``).  lo = c - left, hi = min(causal offset, c + right).  A window bound of
+    max(n_q, n_k) or more hides no key, whatever its size: it is no bound (None), so that no
+    arithmetic on it can overflow."""
     hi = causal_offset(causal, n_q, n_k)
     checked = check_window(window)
     if checked is None:
         return None, hi
-    left, right = checked
-    diagonal = n_k - n_q
+    widest = max(n_q, n_k)
+    left, right = (None if w is None or w >= widest else w for w in checked)
+    diagonal = 0 if alignment(causal) == "top_left" else n_k - n_q
     lo = None if left is None else diagonal - left
     if right is not None:
         hi = diagonal + right if hi is None else min(hi, diagonal + right)
     return lo, hi
+
+
+def sequence_bands(
+    causal: object, window: object, n_q: int, n_k: int, lengths: np.ndarray | None,
+) -> tuple[int | None, int | None, np.ndarray | None]:
+    """The band of every sequence when the keys of some are padded: ``(lo, hi, bands)``.
+
+    lengths: None or (B,) integers in [0, n_k], each sequence's real keys.  A bottom-right
+    band (:func:`alignment`) is placed on each sequence's real length L_b: sequence b's band
+    is :func:`band_bounds` with n_k = L_b, the band of its unpadded self.  Then ``bands`` is
+    (B, 2) int64, (lo_b, hi_b) per sequence (a side without bound holds -n_q or n_k, which
+    hide nothing), and lo, hi their loosest values (the union, for skipping tiles); else
+    ``bands`` is None and lo, hi are :func:`band_bounds`'s, the same for every sequence.
+    """
+    lo, hi = band_bounds(causal, window, n_q, n_k)
+    if (lengths is None or (lo is None and hi is None) or alignment(causal) == "top_left"
+            or bool((lengths == n_k).all())):
+        return lo, hi, None
+    shift = lengths.astype(np.int64) - n_k  # <= 0: the diagonal moves left with the length
+    bands = np.stack([shift + (-n_q if lo is None else lo), shift + (n_k if hi is None else hi)],
+                     axis=-1)
+    return (None if lo is None else int(bands[:, 0].min()),
+            None if hi is None else int(bands[:, 1].max()), bands)
 
 
 def _diagonal(i0: int, i1: int, j0: int, j1: int, offset: int) -> np.ndarray:
@@ -122,12 +185,13 @@ def causal_mask(n_q: int, n_k: int, causal: bool | str = True) -> np.ndarray:
 
 
 def visibility(
-    n_q: int, n_k: int, offset: int | None, mask: np.ndarray | None, lo: int | None = None,
-    key_lengths: np.ndarray | None = None,
+    n_q: int, n_k: int, offset: int | np.ndarray | None, mask: np.ndarray | None,
+    lo: int | np.ndarray | None = None, key_lengths: np.ndarray | None = None,
 ) -> np.ndarray | None:
     """The full visibility matrix (..., n_q, n_k) of the causal diagonal (or a window's right
     edge) ``offset``, the window's left edge ``lo``, the key padding ``key_lengths`` (already
-    shaped batch_shape + (1, 1)) AND ``mask``.
+    shaped batch_shape + (1, 1)) AND ``mask``.  ``offset`` and ``lo`` are integers, or arrays
+    shaped batch_shape + (1, 1) for a band per sequence (:func:`sequence_bands`).
 
     Returns None when every key is visible.  Materialises n_q x n_k booleans: only the naive
     path uses it.
@@ -222,23 +286,54 @@ def sliding_window(left: int | None, right: int | None,
     """Row i sees the keys from ``left`` before its diagonal to ``right`` after it, both
     inclusive (None: no bound), as flash-attn's ``window_size=(left, right)``.  The diagonal
     is j = i + n_k - n_q (``align="bottom_right"``, flash-attn's) or j = i ("top_left")."""
+    left, right = check_window((left, right))  # integers >= 0 of any size, or None
+    _check_align(align)
+
     def visible(i: np.ndarray, j: np.ndarray, n_q: int, n_k: int) -> np.ndarray:
         c = i + (n_k - n_q if align == "bottom_right" else 0)  # the diagonal key of row i
-        not_too_old = True if left is None else j >= c - left
-        not_too_new = True if right is None else j <= c + right
+        not_too_old = True if left is None else c - j <= left
+        not_too_new = True if right is None else j - c <= right
         return not_too_old & not_too_new
     return visible
 
 
+def _check_predicate(visible: object, name: str = "visible") -> None:
+    if not callable(visible):
+        raise TypeError(f"{name} must be a mask predicate visible(i, j, n_q, n_k) (e.g. "
+                        f"causal_top_left, sliding_window(4, 0)), got {visible!r}")
+
+
+def _check_align(align: object) -> None:
+    if align not in ("bottom_right", "top_left"):
+        raise ValueError(f"align must be 'bottom_right' or 'top_left', got {align!r}")
+
+
 def key_padding(length: int) -> Predicate:
     """A sequence padded to n_k keys: only its first ``length`` keys are real, j < length."""
+    length = check_int(length, "length", minimum=0)
+
     def visible(i: np.ndarray, j: np.ndarray, n_q: int, n_k: int) -> np.ndarray:
         return j < length
     return visible
 
 
+def padded(visible: Predicate, length: int) -> Predicate:
+    """``visible`` for a sequence of ``length`` real keys padded to n_k keys: the mask of its
+    unpadded self (a bottom-right diagonal on its last real key) AND no padded key.  What the
+    library's ``key_lengths=`` means: padding keys changes no output."""
+    _check_predicate(visible)
+    length = check_int(length, "length", minimum=0)
+
+    def masked(i: np.ndarray, j: np.ndarray, n_q: int, n_k: int) -> np.ndarray:
+        return visible(i, j, n_q, length) & (j < length)
+    return masked
+
+
 def both(*masks: Predicate) -> Predicate:
     """The combination of masks: a key is visible when every one of ``masks`` lets it be."""
+    for a, mask in enumerate(masks):
+        _check_predicate(mask, f"masks[{a}]")
+
     def visible(i: np.ndarray, j: np.ndarray, n_q: int, n_k: int) -> np.ndarray:
         out = np.ones(np.broadcast_shapes(np.shape(i), np.shape(j)), dtype=bool)
         for mask in masks:
@@ -249,6 +344,8 @@ def both(*masks: Predicate) -> Predicate:
 
 def dense_mask(visible: Predicate, n_q: int, n_k: int) -> np.ndarray:
     """The token-level truth: the predicate at every (i, j), a boolean (n_q, n_k) array."""
+    _check_predicate(visible)
+    n_q, n_k = check_int(n_q, "n_q", minimum=0), check_int(n_k, "n_k", minimum=0)
     i, j = np.arange(n_q)[:, None], np.arange(n_k)[None, :]
     return np.broadcast_to(visible(i, j, n_q, n_k), (n_q, n_k)).copy()
 
@@ -269,6 +366,9 @@ TILE_CLASSES = ("empty", "partial", "full")
 def classify_tiles(visible: Predicate, n_q: int, n_k: int, B_r: int, B_c: int) -> np.ndarray:
     """(T_r, T_c) integer array: the index in :data:`TILE_CLASSES` of every B_r x B_c tile
     (a last tile is shorter when B_r or B_c does not divide n_q or n_k)."""
+    _check_predicate(visible)
+    n_q, n_k = check_int(n_q, "n_q", minimum=0), check_int(n_k, "n_k", minimum=0)
+    B_r, B_c = check_block(B_r, "B_r"), check_block(B_c, "B_c")
     rows, cols = range(0, n_q, B_r), range(0, n_k, B_c)
     return np.array([[TILE_CLASSES.index(tile_class(visible, i0, min(i0 + B_r, n_q), j0,
                                                     min(j0 + B_c, n_k), n_q, n_k))
@@ -280,12 +380,20 @@ def classify_tiles(visible: Predicate, n_q: int, n_k: int, B_r: int, B_c: int) -
 
 
 def band(n_q: int, n_k: int, causal: bool | str = False,
-         window: tuple[int | None, int | None] | None = None) -> tuple[int | None, int | None]:
+         window: tuple[int | None, int | None] | None = None,
+         length: int | None = None) -> tuple[int | None, int | None]:
     """(lo, hi): row i sees keys i + lo <= j <= i + hi (None: no bound) under the causal mask
     ``causal`` (False, True / "top_left", "bottom_right") AND the sliding ``window=(left,
-    right)``, bottom-right aligned as flash-attn's ``window_size`` (None: no window)."""
+    right)`` (None: no window) on the call's one diagonal (:func:`band_bounds`), for a sequence
+    whose first ``length`` keys are real (None: all n_k; :func:`sequence_bands`)."""
     n_q, n_k = check_int(n_q, "n_q", minimum=0), check_int(n_k, "n_k", minimum=0)
-    return band_bounds(causal, window, n_q, n_k)
+    if length is None:
+        return band_bounds(causal, window, n_q, n_k)
+    length = check_int(length, "length", minimum=0)
+    if length > n_k:
+        raise ValueError(f"length must lie in [0, n_k = {n_k}], got {length}")
+    lo, hi, _ = sequence_bands(causal, window, n_q, n_k, np.array([length]))
+    return lo, hi
 
 
 def band_tile_class(i0: int, i1: int, j0: int, j1: int, lo: int | None, hi: int | None,
@@ -337,9 +445,10 @@ WINDOW_CONVENTIONS = (
 
 def window_from(library: str, w: int) -> Predicate:
     """The predicate of the sliding window that ``library`` (a row of
-    :data:`WINDOW_CONVENTIONS`) writes with parameter ``w``."""
+    :data:`WINDOW_CONVENTIONS`) writes with parameter ``w`` (Transformers' at least 1)."""
     for name, _, _, left_right, align in WINDOW_CONVENTIONS:
         if name == library:
+            w = check_int(w, "w", minimum=1 if name == "Transformers" else 0)
             return sliding_window(*left_right(w), align=align)
     names = ", ".join(row[0] for row in WINDOW_CONVENTIONS)
     raise ValueError(f"library must be one of {names}, got {library!r}")

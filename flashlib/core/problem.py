@@ -3,8 +3,9 @@
 Every library function (``naive_attention``, ``flash_attention``, their backward passes)
 validates its arguments once, here, then runs its fast path on a :class:`Problem`: q, k, v
 flattened to one leading batch axis, the masks reduced to a band ``i + lo <= j <= i + hi``
-(:func:`flashlib.core.masks.band_bounds`), a key length per sequence and an explicit boolean
-mask, the scale as a scalar of the compute dtype.
+(:func:`flashlib.core.masks.band_bounds`; one per sequence when a bottom-right band meets key
+padding, :func:`flashlib.core.masks.sequence_bands`), a key length per sequence and an explicit
+boolean mask, the scale as a scalar of the compute dtype.
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ from flashlib.core.checks import (
     check_finite,
 )
 from flashlib.core.constants import compute_dtype
-from flashlib.core.masks import band_bounds
+from flashlib.core.masks import sequence_bands
 from flashlib.core.sysmem import check_fits_in_memory
 
 __all__ = [
     "Problem",
     "check_problem",
     "check_backward_problem",
+    "NOT_PASSED",
     "check_key_lengths",
     "check_mask",
     "check_scale",
@@ -46,6 +48,9 @@ class Problem(NamedTuple):
     sliding window, the window's right edge if lower)
     lo: None, or the sliding window's left edge: row i sees keys j >= i + lo
     key_lengths: None, or (B,) ints: sequence b sees keys j < key_lengths[b] (key padding)
+    bands: None, or (B, 2) ints: sequence b sees keys i + bands[b, 0] <= j <= i + bands[b, 1]
+    (a bottom-right band placed on each sequence's real length); ``offset`` and ``lo`` are then
+    the loosest of them, which the fast paths use to skip tiles
     scale: the softmax scale as a scalar of the compute dtype (float32 for float16 inputs)
     block_q, block_k: the tile sizes B_r and B_c (None for the untiled naive functions)
     """
@@ -63,6 +68,7 @@ class Problem(NamedTuple):
     lo: int | None = None  # sliding window: row i sees keys j >= i + lo (None: no bound)
     key_lengths: np.ndarray | None = None  # (B,) key padding: sequence b sees keys j < len[b]
     kv_group: int = 1  # grouped-query attention: query heads per K/V head (k, v: (B / g, ...))
+    bands: np.ndarray | None = None  # (B, 2): each sequence's (lo, hi) when they differ
 
     @property
     def n_q(self) -> int:
@@ -98,18 +104,29 @@ class Problem(NamedTuple):
 def check_key_lengths(key_lengths: object, batch_shape: tuple[int, ...],
                       n_k: int) -> np.ndarray | None:
     """Per-sequence key lengths (key padding: row i of sequence b sees keys j < length[b]),
-    integers in [0, n_k] broadcastable to ``batch_shape``, as a flat (B,) int64 array."""
+    integers in [0, n_k], as a flat (B,) int64 array over ``batch_shape``.
+
+    The lengths index q's *leading* batch axes, as PyTorch's and flash-attn's sequence lengths
+    index the batch: a scalar is every sequence's length; shape (B,) gives one length per batch
+    element (q's axis 0), the same for each of its heads, even when B equals the number of
+    heads; shape (B, H) one per batch element and head; any shape ``batch_shape[:k]`` whose
+    axes are 1 or match q's (e.g. (1, H): one length per head).  numpy's broadcasting, which
+    aligns the last axes, would read (B,) per head when B == H: it is never used.
+    """
     if key_lengths is None:
         return None
     arr = np.asarray(key_lengths)
     if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(f"key_lengths must be integers (the real keys of each sequence), got "
                         f"dtype {arr.dtype}")
-    try:
-        arr = np.broadcast_to(arr, batch_shape)
-    except ValueError:
-        raise ValueError(f"key_lengths must be broadcastable to the batch shape {batch_shape} "
-                         f"of q, got shape {arr.shape}") from None
+    lead = arr.shape + (1,) * (len(batch_shape) - arr.ndim)  # aligned with q's first axes
+    if arr.ndim > len(batch_shape) or any(
+            a not in (1, b) for a, b in zip(lead, batch_shape, strict=True)):
+        raise ValueError(
+            f"key_lengths must index q's leading batch axes {batch_shape}: a scalar, "
+            f"({batch_shape[0] if batch_shape else 'B'},) for one length per batch element, "
+            f"or a shape batch_shape[:k] with axes of 1 or q's; got shape {arr.shape}")
+    arr = np.broadcast_to(arr.reshape(lead), batch_shape)
     if arr.size and (arr.min() < 0 or arr.max() > n_k):
         raise ValueError(f"key_lengths must lie in [0, n_k = {n_k}], got values from "
                          f"{arr.min()} to {arr.max()}")
@@ -233,8 +250,8 @@ def check_problem(
     n_k, d_v = v.shape[-2:]
     b = math.prod(batch_shape)
     checked_mask = check_mask(mask, batch_shape + (n_q, n_k))
-    lo, offset = band_bounds(causal, window, n_q, n_k)
     lengths = check_key_lengths(key_lengths, batch_shape, n_k)
+    lo, offset, bands = sequence_bands(causal, window, n_q, n_k, lengths)
     checked_scale = check_scale(scale, d, q.dtype)
     if blocks is not None:
         blocks = (check_block(blocks[0], "block_q"), check_block(blocks[1], "block_k"))
@@ -260,6 +277,7 @@ def check_problem(
         lo=lo,
         key_lengths=lengths,
         kv_group=kv_group,
+        bands=bands,
     )
 
 
@@ -293,14 +311,19 @@ def check_like(x: object, name: str, shape: tuple[int, ...], dtype: np.dtype | N
     return arr
 
 
+#: The default of :func:`check_backward_problem`'s ``o`` and ``lse``: not passed (an explicit
+#: None is refused by name, as any argument the caller needs).
+NOT_PASSED = object()
+
+
 def check_backward_problem(
     q: object,
     k: object,
     v: object,
     do: object,
     *,
-    o: object = None,
-    lse: object = None,
+    o: object = NOT_PASSED,
+    lse: object = NOT_PASSED,
     causal: object = False,
     mask: object = None,
     scale: object = None,
@@ -310,12 +333,18 @@ def check_backward_problem(
     key_lengths: object = None,
     gqa: bool = False,
 ) -> tuple[Problem, np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """Validate a backward call: the forward problem plus ``do`` (and ``o``, ``lse`` when given).
+    """Validate a backward call: the forward problem plus ``do`` (and ``o``, ``lse`` when the
+    caller takes them: passed, None is refused by name).
 
     do, o: (..., n_q, d_v) of q's dtype, finite; lse: (..., n_q) floating, no NaN or +inf
     (``-inf`` marks rows that see no key).  Returns ``(problem, do, o, lse)`` with the arrays
-    flattened like the problem's: (B, n_q, d_v) and (B, n_q).
+    flattened like the problem's: (B, n_q, d_v) and (B, n_q); o and lse None when not passed.
     """
+    for name, x in (("o", o), ("lse", lse)):
+        if x is None:
+            raise TypeError(
+                f"{name} must be the {'output' if name == 'o' else 'logsumexp'} array that "
+                f"flash_attention(..., return_lse=True) returned, got None")
     p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale, blocks=blocks,
                       score_matrices=score_matrices, window=window, key_lengths=key_lengths,
                       gqa=gqa)
@@ -323,13 +352,15 @@ def check_backward_problem(
     shape = p.batch_shape + (n_q, d_v)
     out: list[np.ndarray | None] = []
     for name, x in (("do", do), ("o", o)):
-        if name == "o" and x is None:
+        if x is NOT_PASSED:
             out.append(None)
             continue
         x = check_like(x, name, shape, p.dtype)
         check_finite(x, name)
         out.append(_flat(x, b, n_q, d_v))
-    if lse is not None:
+    if lse is NOT_PASSED:
+        lse = None
+    else:
         lse = check_like(lse, "lse", p.batch_shape + (n_q,), None)
         if np.isnan(lse).any() or np.isposinf(lse).any():
             raise ValueError("lse must not contain NaN or +inf (-inf marks rows that see no key)")

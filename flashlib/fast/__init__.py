@@ -11,11 +11,14 @@ one against its teaching function, a float64 reference and PyTorch.
 - :mod:`flashlib.fast.flash_v1`  ``flash_attention_v1`` (Algorithm 1's loop order)
 - :mod:`flashlib.fast.forward`   ``flash_attention`` (FlashAttention-2's order, the fast path)
 - :mod:`flashlib.fast.backward`  ``flash_attention_backward`` (recomputes P tile by tile)
+- :mod:`flashlib.fast.decoding`  ``decode_attention`` (split-KV decoding: shares of the KV cache
+                                 merged exactly, Flash-Decoding's schedule)
 - :mod:`flashlib.fast.tiles`     what the forward and backward fast paths share: transposed key
                                  tiles, the clamping floor, the entries a mask hides in a tile
 """
 
 from flashlib.fast.backward import flash_attention_backward
+from flashlib.fast.decoding import decode_attention
 from flashlib.fast.flash_v1 import flash_attention_v1
 from flashlib.fast.forward import flash_attention
 from flashlib.fast.naive import naive_attention, naive_attention_backward
@@ -28,4 +31,5 @@ __all__ = [
     "flash_attention_v1",
     "flash_attention",
     "flash_attention_backward",
+    "decode_attention",
 ]

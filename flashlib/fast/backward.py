@@ -12,9 +12,10 @@ the paper writes it) and :func:`flashlib.algorithms.two_pass_backward` (the Trit
 schedule); :func:`flash_attention_backward` is the library version (batched, masked,
 validated), with the forward's lessons (:mod:`flashlib.fast.forward`):
 
-- ``scale * log2(e)`` folded into K^T, laid out once as contiguous ``(d + 1, B_c)`` tiles, and
-  ``-lse_i`` (base 2) riding in the matmul as an extra column of Q: ``[Q_i, -lse_i] @
-  [c K_j^T; 1] = S_ij - lse_i``, so ``P_ij`` is one ``exp2`` of the matmul's output;
+- ``c = scale * log2(e)`` folded into Q, as the forward folds it (so that a scale the forward
+  could use cannot overflow here either), K^T laid out as contiguous ``(d + 1, B_c)`` tiles,
+  and ``-lse_i`` (base 2) riding in the matmul as an extra column of Q: ``[c Q_i, -lse_i] @
+  [K_j^T; 1] = S_ij - lse_i``, so ``P_ij`` is one ``exp2`` of the matmul's output;
 - likewise ``[dO_i, -D_i] @ [V_j^T; 1] = dP_ij - D_i``, so ``dS_ij`` is one multiplication;
 - preallocated tiles and ``out=`` everywhere; the scale of dQ and dK applied once at the end;
 - scores clamped where they could make ``exp2`` or the matmuls meet subnormal numbers (the
@@ -77,7 +78,9 @@ def flash_attention_backward(
     BLOCK_Q x BLOCK_K, honoured as given; a tile is min(block, n) on each side).  Returns
     arrays of q's dtype.  Threads: as many as the BLAS thread limit (see
     :func:`flashlib.flash_attention`); split over heads the result does not depend on their
-    number, split over key blocks (fewer heads than threads) it does by rounding only.
+    number, split over key blocks (fewer heads than threads) it does by rounding only, and
+    only on the caller's BLAS limit, never on what other Python threads are doing.
+    o, lse: required arrays (None is refused by name).
     Extra memory beyond inputs and outputs: O(n d) ([Q, -lse], [dO, -D] and tiles of K^T and
     V^T in the compute dtype, one dQ per part for a split over key blocks) plus a few
     B_r x B_c tiles per head and thread (S and P, dP and dS), never (n_q, n_k).
@@ -101,7 +104,7 @@ def flash_attention_backward(
 class _BackwardTiles(NamedTuple):
     """One worker's buffers for a group of up to G heads (sliced to the group's size)."""
 
-    kt: np.ndarray  # (G, d + 1, B_c): [scale * log2(e) * K_j^T; 1] of the current key block
+    kt: np.ndarray  # (G, d + 1, B_c): [K_j^T; 1] of the current key block
     vt: np.ndarray  # (G, d_v + 1, B_c): [V_j^T; 1]
     s: np.ndarray  # (G, B_r, B_c): S - lse, then P, in place
     dp: np.ndarray  # (G, B_r, B_c): dP - D, then dS, in place
@@ -116,14 +119,15 @@ def _backward_key_block(
     j0: int, block_q: int, offset: int | None, mask: np.ndarray | None, heads: slice,
     buf: _BackwardTiles, floor: np.floating | None, exp: np.ufunc = np.exp2,
     lo: int | None = None, lengths: np.ndarray | None = None,
+    bands: np.ndarray | None = None,
 ) -> None:
     """dK_j and dV_j of one key block (G heads), adding its share of dQ into ``dq``.
 
-    q_aug: (G, n_q, d + 1) = [Q, -lse * log2(e)] (-lse with ``exp=np.exp``, the natural-units
-    fallback, where kt holds scale K_j^T); do_aug: (G, n_q, d_v + 1) = [dO, -D];
+    q_aug: (G, n_q, d + 1) = [scale * log2(e) * Q, -lse * log2(e)] ([scale * Q, -lse] with
+    ``exp=np.exp``, the natural-units fallback); do_aug: (G, n_q, d_v + 1) = [dO, -D];
     q: (G, n_q, d) and do: (G, n_q, d_v): Q and dO again, contiguous (BLAS reads the rows of
     q_aug and do_aug, whose stride is d + 1, markedly slower as a product's right operand);
-    kt: (G, d + 1, w) = [scale * log2(e) * K_j^T; 1]; vt: (G, d_v + 1, w) = [V_j^T; 1];
+    kt: (G, d + 1, w) = [K_j^T; 1]; vt: (G, d_v + 1, w) = [V_j^T; 1];
     k_j: (G, w, d).  dq (G, n_q, d), dk_j (G, w, d), dv_j (G, w, d_v): accumulated in place,
     dq and dk_j without the softmax scale.  floor: where a tile's S - lse falls below it,
     clamp at it and subtract exp(floor) after the exponential, so that what would have been
@@ -139,7 +143,7 @@ def _backward_key_block(
     for i0 in range(_first_query_block(j0, offset, block_q), last_row, block_q):
         i1 = min(i0 + block_q, n_q)
         hidden = hidden_entries(i0, i1, j0, j1, band_hides(i0, i1, j0, j1, lo, offset),
-                                offset, mask, heads, lo, lengths)
+                                offset, mask, heads, lo, lengths, bands)
         if hidden is not None and hidden.all():
             continue
         s, dp = buf.s[:n_b, : i1 - i0, :w], buf.dp[:n_b, : i1 - i0, :w]
@@ -165,14 +169,14 @@ def _backward(
     workers: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The tiled backward of a validated problem; o, do: (B, n_q, d_v), lse: (B, n_q).
-    Returns dq, dk, dv in the compute dtype.  base2: fold scale * log2(e) into K and use exp2
+    Returns dq, dk, dv in the compute dtype.  base2: fold scale * log2(e) into Q and use exp2
     (the fast path); False: fold the scale alone and use exp, for scores whose base-2 form
     overflows.  workers: threads (default: the BLAS limit)."""
     block_q, block_k = p.block_q, p.block_k
     n_b, n_q, n_k, d, d_v = p.q.shape[0], p.n_q, p.n_k, p.q.shape[-1], p.v.shape[-1]
     dtype = compute_dtype(p.dtype)
     b_r, b_c = min(block_q, n_q), min(block_k, n_k)
-    c = dtype.type(float(p.scale) * (LOG2E if base2 else 1.0))  # folded into K^T
+    c = dtype.type(float(p.scale) * (LOG2E if base2 else 1.0))  # folded into Q
     units = LOG2E if base2 else 1.0  # lse in the units of exp
     exp = np.exp2 if base2 else np.exp
 
@@ -180,7 +184,7 @@ def _backward(
     # get dO = D = 0, so whatever P they recompute adds nothing.
     empty = np.isneginf(lse)
     q_aug = np.empty((n_b, n_q, d + 1), dtype=dtype)
-    q_aug[..., :d] = p.q
+    np.multiply(p.q, c, out=q_aug[..., :d])  # as the forward: a q * scale it could use
     bias = q_aug[..., d]
     np.multiply(lse, -units, out=bias, casting="unsafe")
     bias[empty] = -np.inf  # clamped below, then multiplied by dO = 0
@@ -252,7 +256,6 @@ def _backward(
             # streams the query blocks past them
             kt, vt = buf.kt[: h1 - h0, :, : j1 - j0], buf.vt[: h1 - h0, :, : j1 - j0]
             kt[:, :d] = p.k[g, j0:j1].swapaxes(-1, -2)
-            kt[:, :d] *= c
             vt[:, :d_v] = p.v[g, j0:j1].swapaxes(-1, -2)
             dk_j, dv_j = dk[g, j0:j1], dv[g, j0:j1]
             dk_j.fill(0)
@@ -261,7 +264,8 @@ def _backward(
                 q_aug[g], do_aug[g], q[g], do[g], kt, vt, k[g, j0:j1],
                 dq_parts[part][g], dk_j, dv_j, j0, block_q, p.offset, p.mask, g, buf,
                 floor if clamp else None, exp, p.lo,
-                None if p.key_lengths is None else p.key_lengths[g])
+                None if p.key_lengths is None else p.key_lengths[g],
+                None if p.bands is None else p.bands[g])
 
     pool.run_items(work, items, workers, setup)
     for extra in dq_parts[1:]:

@@ -48,7 +48,7 @@ from typing import NamedTuple
 import numpy as np
 
 from flashlib.core import threads as pool
-from flashlib.core.checks import check_float_dtype, check_int
+from flashlib.core.checks import check_flag, check_float_dtype, check_int
 from flashlib.core.constants import BLOCK_K, BLOCK_Q, LN2, LOG2E, compute_dtype
 from flashlib.core.masks import band_hides, key_range, key_stop
 from flashlib.core.problem import Problem, check_no_overflow, check_problem, results_are_finite
@@ -132,6 +132,7 @@ def _forward_row_block(
     v_bound: float,
     lo: int | None = None,
     lengths: np.ndarray | None = None,
+    bands: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One query block of a group of G heads against all the key blocks it may see.
 
@@ -143,7 +144,8 @@ def _forward_row_block(
     clamp: whether scores may fall below the floor of ``exp`` (then tiles whose minimum does
     are clamped to it).  v_bound: max |v|, to tell when the accumulator could overflow.
     lo: the sliding window's left edge (row i sees keys j >= i + lo); lengths: (G,) key
-    padding of the group (sequence g sees keys j < lengths[g]), or None.
+    padding of the group (sequence g sees keys j < lengths[g]), or None; bands: (G, 2), each
+    sequence's own band when they differ (lo and offset are then the loosest), or None.
     Returns the unnormalised accumulator acc (G, B_r, d_v), l_i and m_i (G, B_r), m_i in the
     units of ``exp`` (base 2 by default).
     """
@@ -172,7 +174,8 @@ def _forward_row_block(
         hidden = None
         straddles = band_hides(i0, i1, j0, j1, lo, offset)  # a partial tile of the band
         if straddles or mask is not None or lengths is not None:
-            hidden = hidden_entries(i0, i1, j0, j1, straddles, offset, mask, heads, lo, lengths)
+            hidden = hidden_entries(i0, i1, j0, j1, straddles, offset, mask, heads, lo, lengths,
+                                    bands)
             if hidden is not None and hidden.all():
                 continue  # an explicit mask or the padding hides the whole tile
         if stale_ok:
@@ -258,13 +261,19 @@ def flash_attention(
     PyTorch SDPA's ``enable_gqa=True`` does; K and V are not copied per query head.
     block_q, block_k: the tile sizes B_r and B_c (default BLOCK_Q x BLOCK_K, measured: see
     flashlib.core.constants), honoured as given; a tile is min(block, n) on each side.
-    causal: False, True / "top_left" (row i sees j <= i), "bottom_right" (j <= i + n_k - n_q).
+    causal: False, True / "top_left" (row i sees j <= i), "bottom_right" (j <= i + L - n_q).
     mask: boolean, broadcastable to (..., n_q, n_k); True = may attend.
-    window: ``(left, right)``, a sliding window as flash-attn's ``window_size`` (bottom-right
-    aligned; None for no bound on a side): row i sees keys i + n_k - n_q - left <= j <=
-    i + n_k - n_q + right.  key_lengths: integers broadcastable to the batch shape (...,):
-    key padding, sequence b sees keys j < key_lengths[b].  All masks combine (AND); key blocks
-    that the causal mask, the window or the padding hide entirely are skipped.
+    window: ``(left, right)``, a sliding window as flash-attn's ``window_size`` (None: no
+    bound on that side; a bound of max(n_q, n_k) or more is none): row i sees the keys
+    c - left <= j <= c + right around its diagonal key c, the call's one alignment: c = i for
+    causal True / "top_left", else c = i + L - n_q (bottom-right, flash-attn's).
+    key_lengths: the real keys L of each sequence (default n_k), integers indexing q's leading
+    batch axes: a scalar, (B,) one per batch element (q's axis 0, also when B equals the
+    number of heads), (B, H), (1, H), ...  Keys j >= L are hidden, and a bottom-right
+    diagonal sits on the last real key, so padding changes no output (flash-attn's
+    variable-length lengths, ``cache_seqlens``; :data:`flashlib.core.masks.ALIGNMENT_RULES`).
+    All masks combine (AND); key blocks that the causal mask, the window or the padding hide
+    entirely are skipped.
     scale: defaults to 1/sqrt(d); kept in the compute dtype (float32 for float16 inputs).
     return_lse: also return lse = m + log(l): (..., n_q), natural log, at least float32,
     ``-inf`` for rows that see no key (whose output is 0).
@@ -279,6 +288,7 @@ def flash_attention(
     two, giving what :func:`flashlib.naive_attention` gives; scores that overflow the compute
     dtype even so raise ValueError.
     """
+    return_lse = check_flag(return_lse, "return_lse")
     p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale,
                       blocks=(block_q, block_k), window=window, key_lengths=key_lengths,
                       gqa=True)
@@ -359,7 +369,8 @@ def _forward(p: Problem, base2: bool, workers: int | None = None) -> tuple[np.nd
         kv = slice(h0, h1) if g_kv == 1 else slice(h0 // g_kv, h0 // g_kv + 1)  # broadcast
         acc, l_i, m_i = _forward_row_block(
             q_i, k_tiles[kv], v[kv], i0, slice(h0, h1), p.offset, p.mask, buf, exp,
-            clamp, v_max, p.lo, None if p.key_lengths is None else p.key_lengths[h0:h1])
+            clamp, v_max, p.lo, None if p.key_lengths is None else p.key_lengths[h0:h1],
+            None if p.bands is None else p.bands[h0:h1])
         seen = l_i > 0  # False for rows that see no key: output 0, lse -inf
         np.divide(acc, l_i[..., None], out=acc, where=seen[..., None])
         if v_exp:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from flashlib.core.checks import check_flag
 from flashlib.core.constants import compute_dtype
 from flashlib.core.masks import visibility
 from flashlib.core.problem import Problem, check_backward_problem, check_no_overflow, check_problem
@@ -35,7 +36,12 @@ def _probabilities(p: Problem) -> tuple[np.ndarray, np.ndarray]:
     s *= p.scale  # S, in place; the scale is a scalar of the compute dtype: no promotion
     lengths = None if p.key_lengths is None else p.key_lengths.reshape(
         p.batch_shape + (1, 1))
-    visible = visibility(p.n_q, p.n_k, p.offset, p.mask, p.lo, lengths)
+    lo, offset = p.lo, p.offset
+    if p.bands is not None:  # a band per sequence: (..., 1, 1) each
+        per = p.bands.reshape(p.batch_shape + (1, 1, 2))
+        lo = None if lo is None else per[..., 0]
+        offset = None if offset is None else per[..., 1]
+    visible = visibility(p.n_q, p.n_k, offset, p.mask, lo, lengths)
     if visible is not None:  # (..., n_q, n_k) broadcasts against S in the batch shape
         np.copyto(p.unflatten(s), -np.inf, where=~visible)
     m = s.max(axis=-1, keepdims=True) if p.n_k else np.full(s.shape[:-1] + (1,), -np.inf, dtype)
@@ -68,12 +74,11 @@ def naive_attention(
     q: (..., n_q, d), k: (..., n_k, d), v: (..., n_k, d_v) -> o: (..., n_q, d_v), q's dtype.
     Grouped-query attention: k, v may have h_kv heads (axis -3) where q has h_q, a multiple;
     query head h uses K/V head h // (h_q // h_kv) (PyTorch SDPA's ``enable_gqa=True``).
-    causal: False, True / "top_left" (row i sees j <= i), "bottom_right" (j <= i + n_k - n_q)
+    causal: False, True / "top_left" (row i sees j <= i), "bottom_right" (j <= i + L - n_q).
     mask: boolean, broadcastable to (..., n_q, n_k); True = may attend.
-    window: ``(left, right)``, a sliding window as flash-attn's ``window_size`` (bottom-right
-    aligned; None for no bound on a side): row i sees keys i + n_k - n_q - left <= j <=
-    i + n_k - n_q + right.  key_lengths: integers broadcastable to the batch shape (...,):
-    key padding, sequence b sees keys j < key_lengths[b].  All masks combine (AND).
+    window, key_lengths: as in :func:`flashlib.flash_attention` (one diagonal per call: the
+    window sits on the causal one; L = key_lengths[b], one per batch element, or n_k).
+    All masks combine (AND).
     scale: defaults to 1/sqrt(d); computed in float32 for float16 inputs (and the scores, the
     softmax and P @ V too: the output is rounded to float16 once, at the end), else in the
     input dtype.  With ``return_lse`` also returns lse: (..., n_q), at least float32, ``-inf``
@@ -81,6 +86,7 @@ def naive_attention(
     A problem whose score matrix would not fit in the available memory raises MemoryError
     before allocating it; one whose scores overflow the compute dtype raises ValueError.
     """
+    return_lse = check_flag(return_lse, "return_lse")
     p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale, score_matrices=1,
                       window=window, key_lengths=key_lengths, gqa=True).repeat_kv()
     with np.errstate(over="ignore", invalid="ignore"):

@@ -86,14 +86,25 @@ def exp_floor(dtype: np.dtype, exp: np.ufunc) -> np.floating:
 def hidden_entries(
     i0: int, i1: int, j0: int, j1: int, straddles: bool, offset: int | None,
     mask: np.ndarray | None, heads: slice, lo: int | None = None,
-    lengths: np.ndarray | None = None,
+    lengths: np.ndarray | None = None, bands: np.ndarray | None = None,
 ) -> np.ndarray | None:
     """The entries of the tile rows [i0, i1) x keys [j0, j1) that may not be seen: the causal
     diagonal's and the window's left edge ``lo`` (when the band ``straddles`` the tile), the key
     padding's (``lengths`` (G,) of the group) or the explicit mask's, as a boolean array
-    broadcastable to (G, i1 - i0, j1 - j0) for the group ``heads``; None when none is hidden."""
+    broadcastable to (G, i1 - i0, j1 - j0) for the group ``heads``; None when none is hidden.
+    bands: (G, 2), each sequence's own band (lo_g, hi_g) when they differ (key padding under a
+    bottom-right band, :func:`flashlib.core.masks.sequence_bands`); ``offset`` and ``lo`` are
+    then their loosest values and say only which sides are bounded."""
     hidden = None
-    if straddles:
+    if bands is not None:
+        keys, rows = np.arange(j0, j1)[None, None, :], np.arange(i0, i1)[None, :, None]
+        lo_g, hi_g = bands[:, 0, None, None], bands[:, 1, None, None]
+        if offset is not None and j1 - 1 > i0 + int(hi_g.min()):  # some band cuts the tile
+            hidden = keys > rows + hi_g
+        if lo is not None and j0 < i1 - 1 + int(lo_g.max()):
+            below = keys < rows + lo_g
+            hidden = below if hidden is None else hidden | below
+    elif straddles:
         keys, rows = np.arange(j0, j1)[None, :], np.arange(i0, i1)[:, None]
         # booleans only: no (B_r, B_c) array of integers
         hidden = keys > rows + offset if offset is not None else np.zeros(

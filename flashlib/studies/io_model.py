@@ -340,8 +340,10 @@ def theorem2(N: int, d: int, M: int) -> dict[str, float]:
 
 def minimum_traffic(n_q: int, n_k: int, d: int, d_v: int | None = None) -> int:
     """The floor of any exact algorithm: read Q, K, V and write O once each (4 N d when
-    n_q = n_k = N and d_v = d)."""
-    d_v = d if d_v is None else d_v
+    n_q = n_k = N and d_v = d).  Sizes: non-negative integers of any size (Python or numpy)."""
+    n_q, n_k, d = (check_int(x, name, minimum=0) for x, name in ((n_q, "n_q"), (n_k, "n_k"),
+                                                                (d, "d")))
+    d_v = d if d_v is None else check_int(d_v, "d_v", minimum=0)
     return n_q * d + n_k * d + n_k * d_v + n_q * d_v
 
 

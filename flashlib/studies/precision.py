@@ -110,6 +110,9 @@ _F64 = np.dtype(np.float64)
 _F32 = np.dtype(np.float32)
 
 
+_F16 = np.dtype(np.float16)
+
+
 def as_dtype(dtype: Any, name: str = "dtype") -> np.dtype:
     """One of :data:`DTYPES` as an ``np.dtype``, from a name, a type or a dtype; else a
     TypeError naming ``name``."""
@@ -138,10 +141,9 @@ def carrier(x: Any, name: str = "x") -> np.ndarray:
 def round_to(x: Any, dtype: Any) -> np.ndarray:
     """The nearest values of ``dtype`` to ``x`` (round to nearest, ties to even), as float64.
 
-    The cast numpy (float16, float32) or ml_dtypes (bfloat16, float8) does: what overflows
-    gives inf, or NaN in ``float8_e4m3fn``, which has no inf (:func:`saturate_to` clips
-    instead).  ml_dtypes rounds float64 through float32, as hardware rounds a float32
-    register.  x: any shape -> float64 array of that shape.
+    What the cast to ``dtype`` gives, rounded once: what overflows gives inf, or NaN in
+    ``float8_e4m3fn``, which has no inf (:func:`saturate_to` clips instead).
+    x: any shape -> float64 array of that shape.
     """
     dt = as_dtype(dtype)
     x = carrier(x)
@@ -150,8 +152,32 @@ def round_to(x: Any, dtype: Any) -> np.ndarray:
 
 
 def _round(x: np.ndarray, dt: np.dtype) -> np.ndarray:
-    """:func:`round_to` without the checks (float64 ``x``, a dtype of :data:`DTYPES`)."""
-    return x if dt == _F64 else x.astype(dt).astype(np.float64)
+    """:func:`round_to` without the checks (float64 ``x``, a dtype of :data:`DTYPES`).
+
+    numpy casts float64 to float32 and float16 in one rounding.  ml_dtypes casts float64 to
+    bfloat16 and float8 through float32, rounding twice: 1 + 2**-8 + 2**-30 becomes the tie
+    1 + 2**-8 in float32, then 1.0, where the nearest bfloat16 is 1 + 2**-7.  So x goes to
+    float32 rounded *to odd* (toward zero, the last bit set when inexact), which keeps the
+    information the second rounding needs: float32 has at least 2 more bits than these
+    formats, in their subnormal range too, and then rounding to nearest is exact.  (A GPU that
+    rounds a float32 register rounds that float32 value: ``round_to(round_to(x, "float32"),
+    dtype)`` is that.)
+    """
+    if dt == _F64:
+        return x
+    if dt in (_F32, _F16):
+        return x.astype(dt).astype(np.float64)
+    return _to_odd_float32(x).astype(dt).astype(np.float64)
+
+
+def _to_odd_float32(x: np.ndarray) -> np.ndarray:
+    """float64 ``x`` rounded to float32 toward zero, with the last bit set when inexact."""
+    near = x.astype(np.float32)  # nearest; inf beyond float32's range
+    back = near.astype(np.float64)
+    inexact = np.isfinite(x) & (back != x)
+    toward_zero = np.where(inexact & (np.abs(back) > np.abs(x)),
+                           np.nextafter(near, np.float32(0)), near)
+    return (np.asarray(toward_zero).view(np.uint32) | inexact.astype(np.uint32)).view(np.float32)
 
 
 def saturate_to(x: Any, dtype: Any) -> np.ndarray:

@@ -381,3 +381,30 @@ def test_workspace_bytes_refuses_a_negative_d_v():
 def test_booleans_and_floats_are_refused_everywhere(call, name, bad):
     with pytest.raises(TypeError, match=rf"\b{name}\b"):
         call(bad)
+
+
+def test_none_is_refused_by_name_where_it_has_no_meaning():
+    """np.asarray(None) is an object array and np.dtype(None) is float64: both used to slip
+    through (``dtype=None`` silently meant float64)."""
+    from flashlib.core.checks import as_float_array, check_flag, check_float_dtype
+    from flashlib.fast.forward import workspace_bytes
+
+    with pytest.raises(TypeError, match="^q must be an array, got None"):
+        as_float_array(None, "q")
+    with pytest.raises(TypeError, match="dtype must be float16, float32 or float64, got None"):
+        check_float_dtype(None)
+    with pytest.raises(TypeError, match="dtype must be"):
+        workspace_bytes(4, 4, 2, None)
+    assert check_flag(np.True_, "f") is True and check_flag(False, "f") is False
+    for bad in (None, "yes", 1, np.array([True])):
+        with pytest.raises(TypeError, match="return_lse must be True or False"):
+            check_flag(bad, "return_lse")
+
+
+def test_shapes_beyond_int64_are_refused_by_name():
+    from flashlib.core.checks import check_shape
+    from flashlib.fast.online import softmax_state_init
+
+    assert check_shape(np.uint64(3)) == (3,)
+    with pytest.raises(ValueError, match="shape must have sizes below 2"):
+        softmax_state_init(10**30)

@@ -180,3 +180,93 @@ def test_careless_kernel_gives_nan_and_the_guard_fixes_it():
     O, L = masked_flash_forward(Q, K, V, causal_bottom_right, 4, 4)
     assert (O[blind] == 0).all() and np.isneginf(L[blind]).all()
     assert np.isfinite(O).all()
+
+
+# --- window bounds of any size, the alignment rule, padded sequences -------------------------
+
+
+@pytest.mark.parametrize("bound", [2**63 - 1, 2**63, 10**30, np.uint64(2**64 - 1)], ids=str)
+def test_predicates_and_bands_take_bounds_of_any_size(bound):
+    """int64 arithmetic on the bound wrapped around (sliding_window(0, 2**63 - 1) hid keys) or
+    raised OverflowError; a bound this large is no bound."""
+    for align in ("bottom_right", "top_left"):
+        assert (dense_mask(sliding_window(0, bound, align), 4, 3)
+                == dense_mask(sliding_window(0, None, align), 4, 3)).all()
+        assert (dense_mask(sliding_window(bound, bound, align), 4, 3)).all()
+    assert dense_mask(key_padding(bound), 2, 5).all()
+    for causal in (False, True, "bottom_right"):
+        assert band(4, 3, causal, (0, bound)) == band(4, 3, causal, (0, None))
+        assert band(4, 3, causal, (bound, 0)) == band(4, 3, causal, (None, 0))
+
+
+def test_band_bounds_clamp_at_the_longest_side():
+    """A bound of max(n_q, n_k) or more hides no key: None; one less still may."""
+    for n_q, n_k in [(4, 10), (10, 4), (6, 6)]:
+        widest = max(n_q, n_k)
+        for causal in (False, True):
+            lo, hi = band(n_q, n_k, causal, (widest, widest))
+            assert lo is None and hi == (None if not causal else band(n_q, n_k, causal)[1])
+            want = both(causal_top_left if causal else (lambda i, j, a, b: True),
+                        sliding_window(widest - 1, widest - 1,
+                                       "top_left" if causal else "bottom_right"))
+            lo, hi = band(n_q, n_k, causal, (widest - 1, widest - 1))
+            i, j = np.arange(n_q)[:, None], np.arange(n_k)[None, :]
+            from_band = np.ones((n_q, n_k), bool)
+            if lo is not None:
+                from_band &= j >= i + lo
+            if hi is not None:
+                from_band &= j <= i + hi
+            assert (from_band == dense_mask(want, n_q, n_k)).all()
+
+
+def test_alignment_rule():
+    from flashlib.core.masks import ALIGNMENT_RULES, alignment
+
+    assert [alignment(c) for c in (True, "top_left", np.True_, False, None, "bottom_right")] \
+        == ["top_left"] * 3 + ["bottom_right"] * 3
+    with pytest.raises(ValueError, match="causal must be"):
+        alignment("upper_left")
+    assert len(ALIGNMENT_RULES) == 5 and all(len(row) == 3 for row in ALIGNMENT_RULES)
+    # causal=True with a window: one top-left band (it used to hide every key when n_q < n_k)
+    assert band(4, 10, True, (2, 0)) == (-2, 0)
+    assert band(4, 10, "bottom_right", (2, 0)) == (4, 6)
+    assert band(4, 10, False, (2, 1)) == (4, 7)
+
+
+def test_padded_sequences_and_sequence_bands():
+    from flashlib.core.masks import padded, sequence_bands
+
+    # the padded sequence's mask is its unpadded self's, then no padded key
+    m = dense_mask(padded(causal_bottom_right, 5), 3, 8)
+    assert (m[:, :5] == dense_mask(causal_bottom_right, 3, 5)).all() and not m[:, 5:].any()
+    # top-left masks do not move: padded == AND key_padding
+    assert (dense_mask(padded(causal_top_left, 5), 3, 8)
+            == dense_mask(both(causal_top_left, key_padding(5)), 3, 8)).all()
+    lengths = np.array([8, 5, 0])
+    lo, hi, bands = sequence_bands("bottom_right", (2, 0), 3, 8, lengths)
+    assert bands.tolist() == [[3, 5], [0, 2], [-5, -3]] and (lo, hi) == (-5, 5)
+    for b, n in enumerate(lengths):
+        assert band(3, 8, "bottom_right", (2, 0), length=int(n)) == tuple(bands[b])
+    # one band for all: top-left calls, no band, all lengths full
+    assert sequence_bands(True, (2, 0), 3, 8, lengths)[2] is None
+    assert sequence_bands(False, None, 3, 8, lengths)[2] is None
+    assert sequence_bands("bottom_right", None, 3, 8, np.array([8, 8]))[2] is None
+
+
+@pytest.mark.parametrize("call, err, match", [
+    (lambda: sliding_window(-1, 0), ValueError, r"window\[0\]"),
+    (lambda: sliding_window(0, 1.5), TypeError, r"window\[1\]"),
+    (lambda: sliding_window(0, 0, align="middle"), ValueError, "align"),
+    (lambda: key_padding(-1), ValueError, "length"),
+    (lambda: key_padding(2.0), TypeError, "length"),
+    (lambda: dense_mask(causal_top_left, -1, 3), ValueError, "n_q"),
+    (lambda: dense_mask(causal_top_left, 3, 2.5), TypeError, "n_k"),
+    (lambda: classify_tiles(causal_top_left, 4, 4, 0, 2), ValueError, "B_r"),
+    (lambda: window_from("Transformers", 0), ValueError, "w must be a positive integer"),
+    (lambda: window_from("flash-attn", -1), ValueError, "w must be a non-negative"),
+    (lambda: band(3, 5, length=6), ValueError, "length"),
+    (lambda: dense_mask(None, 3, 3), TypeError, "visible must be a mask predicate"),
+    (lambda: both(causal_top_left, None), TypeError, r"masks\[1\] must be a mask predicate")])
+def test_bad_mask_arguments(call, err, match):
+    with pytest.raises(err, match=match):
+        call()

@@ -210,3 +210,33 @@ def test_explicit_scale(rng):
         for g1, g2, r in zip(naive, flash, ref, strict=True):
             assert max_err(g1, r) <= 1e-12 * max(1.0, float(np.max(np.abs(r))))
             assert max_err(g2, r) <= 1e-12 * max(1.0, float(np.max(np.abs(r))))
+
+
+def test_a_scale_the_forward_could_use_does_not_overflow_the_backward():
+    """scale = 3e38 with tiny q and |k| of a few units: scale * q is moderate, scale * k is not.
+    The backward folded the scale into K ("attention overflowed float32") while the forward
+    folds it into Q and succeeded; both fold it into Q now."""
+    rng = np.random.default_rng(0)
+    q = (rng.standard_normal((6, 4)) * 1e-37).astype(np.float32)
+    k = (rng.standard_normal((6, 4)) * 3).astype(np.float32)
+    v = rng.standard_normal((6, 4)).astype(np.float32)
+    do = (rng.standard_normal((6, 4)) * 1e-3).astype(np.float32)
+    assert float(np.abs(k).max()) * 3e38 * np.log2(np.e) > np.finfo(np.float32).max
+    o, lse = flash_attention(q, k, v, scale=3e38, return_lse=True)
+    got = flash_attention_backward(q, k, v, o, lse, do, scale=3e38)
+    plain = naive_attention_backward(q, k, v, do, scale=3e38)
+    ref = naive_attention_backward(*(x.astype(np.float64) for x in (q, k, v, do)), scale=3e38)
+    for label, g, gp, r in zip(("dq", "dk", "dv"), got, plain, ref, strict=True):
+        assert np.isfinite(g).all(), label
+        assert_error_within(g, gp, r, label=label)
+
+
+@pytest.mark.parametrize("missing", ["o", "lse"])
+def test_o_or_lse_none_is_refused_by_name(missing, rng):
+    """lse=None passed the checks and failed later with "ufunc 'isinf' not supported"."""
+    q = rng.standard_normal((2, 5, 3))
+    o, lse = flash_attention(q, q, q, return_lse=True)
+    args = {"o": o, "lse": lse, missing: None}
+    with pytest.raises(TypeError, match=rf"^{missing} must be the .* flash_attention\(\.\.\., "
+                                        r"return_lse=True\) returned, got None"):
+        flash_attention_backward(q, q, q, args["o"], args["lse"], o)

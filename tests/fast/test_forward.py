@@ -356,9 +356,9 @@ def test_public_signatures():
     for fn in (flash_attention_v1, flashlib.flash_attention_backward):
         kw = {n: p.default for n, p in inspect.signature(fn).parameters.items()
               if p.kind is p.KEYWORD_ONLY}
-        masks = {"window": None, "key_lengths": None} if fn is not flash_attention_v1 else {}
+        lse = {"return_lse": False} if fn is flash_attention_v1 else {}
         assert kw == {"block_q": BLOCK_Q, "block_k": BLOCK_K, "causal": False, "mask": None,
-                      "scale": None, **masks}
+                      "scale": None, "window": None, "key_lengths": None, **lse}
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])

@@ -11,11 +11,13 @@ import pytest
 from flashlib import (
     flash_attention,
     flash_attention_backward,
+    flash_attention_v1,
     naive_attention,
     naive_attention_backward,
 )
 from flashlib.algorithms import grouped_query_attention, standard_attention
 from flashlib.core.measure import measure_peak
+from flashlib.fast.decoding import decode_attention
 from flashlib.studies.beyond import kv_cache_bytes, split_kv_tree
 from tests.helpers import max_err, torch, torch_grads
 
@@ -55,6 +57,10 @@ def test_forward_equals_repeated_heads(rng, shape, causal):
     assert o.shape == want.shape
     assert max_err(o, want) < 1e-12 and max_err(lse, lse_want) < 1e-12
     assert np.array_equal(naive_attention(q, k, v, causal=causal), want)
+    o1, lse1 = flash_attention_v1(q, k, v, block_q=32, block_k=48, causal=causal,
+                                  return_lse=True)
+    assert max_err(o1, want) < 1e-12 and max_err(lse1, lse_want) < 1e-12
+    assert max_err(decode_attention(q, k, v, n_splits=3, causal=causal), want) < 1e-12
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -181,6 +187,8 @@ def test_grouped_query_attention_with_window_and_key_lengths(kw):
     k, v = (rng.standard_normal((2, 2, 29, 8)) for _ in range(2))
     o, lse = flash_attention(q, k, v, block_q=16, block_k=8, return_lse=True, **kw)
     np.testing.assert_allclose(o, naive_attention(q, k, v, **kw), atol=1e-13)
+    np.testing.assert_allclose(flash_attention_v1(q, k, v, block_q=16, block_k=8, **kw), o,
+                               atol=1e-13)
     do = rng.standard_normal(o.shape)
     got = flash_attention_backward(q, k, v, o, lse, do, block_q=16, block_k=8, **kw)
     for g, w in zip(got, naive_attention_backward(q, k, v, do, **kw), strict=True):

@@ -31,10 +31,9 @@ pytest.importorskip("matplotlib")
 from flashlib.book import plots, widgets  # noqa: E402
 from flashlib.book.widget_data import tiling_widget_data  # noqa: E402
 from flashlib.core.masks import (  # noqa: E402
-    both,
     classify_tiles,
     dense_mask,
-    key_padding,
+    padded,
     sliding_window,
 )
 from tests.browser import chromium, serve  # noqa: E402
@@ -252,9 +251,9 @@ MASK_SLIDERS = {"n_q": [4, 9, 24], "n_k": [5, 16, 32], "B_r": [2, 3, 8], "B_c": 
 def expected_mask_counts(v):
     """flashlib's (full, partial, empty tiles, rows without keys) for the sliders' values."""
     bound = {"none": None}
-    visible = both(sliding_window(bound.get(v["left"], v["left"]),
-                                  bound.get(v["right"], v["right"]), align=v["align"]),
-                   key_padding(max(v["n_k"] - v["padding"], 0)))
+    visible = padded(sliding_window(bound.get(v["left"], v["left"]),
+                                    bound.get(v["right"], v["right"]), align=v["align"]),
+                     max(v["n_k"] - v["padding"], 0))  # a bottom-right diagonal: last real key
     counts = np.bincount(classify_tiles(visible, v["n_q"], v["n_k"], v["B_r"], v["B_c"]).ravel(),
                          minlength=3)
     blind = int((~dense_mask(visible, v["n_q"], v["n_k"]).any(axis=1)).sum())

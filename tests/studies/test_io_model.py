@@ -325,3 +325,12 @@ def test_io_widget_data_counted_runs_equal_the_model():
     assert counted >= 4
     assert data["rows"]["48-16-32"]["v1"] == [None, None, None, None]
 
+
+
+def test_minimum_traffic_takes_sizes_of_any_size():
+    """numpy integer sizes overflowed int64 silently (a RuntimeWarning and a wrong count)."""
+    big = np.uint64(2**64 - 1)
+    assert io.minimum_traffic(big, big, 64) == 4 * (2**64 - 1) * 64
+    assert io.minimum_traffic(np.int64(2**62), 2**62, 2, 2) == 2**62 * 8
+    with pytest.raises(TypeError, match="d must be an integer"):
+        io.minimum_traffic(4, 4, 2.5)

@@ -51,7 +51,7 @@ def _ref(Q, K, V):
 # ---- rounding and the number lines ----------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_round_to_is_the_ml_dtypes_cast(dtype, rng):
+def test_round_to_is_the_cast_away_from_double_rounding_ties(dtype, rng):
     x = np.concatenate([rng.standard_normal(500) * 10.0 ** rng.integers(-6, 6, 500),
                         [0.0, -0.0, 1e6, -1e9, 500.0, np.inf, -np.inf, np.nan]])
     with warnings.catch_warnings():
@@ -61,6 +61,38 @@ def test_round_to_is_the_ml_dtypes_cast(dtype, rng):
     assert got.dtype == np.float64 and got.shape == x.shape
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(round_to(got, dtype), got)  # idempotent
+
+
+def _finite_values(dtype):
+    """Every finite value of a 16- or 8-bit ``dtype``, sorted, with its bit pattern (-0 left
+    out)."""
+    dt = as_dtype(dtype)
+    bits = np.arange(2 ** (8 * dt.itemsize), dtype=np.uint16 if dt.itemsize == 2 else np.uint8)
+    with np.errstate(invalid="ignore"):  # the NaN patterns
+        values = bits.view(dt).astype(np.float64)
+    keep = np.isfinite(values) & ~((values == 0) & np.signbit(values))
+    order = np.argsort(values[keep], kind="stable")
+    return values[keep][order], bits[keep][order]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"])
+def test_round_to_rounds_once_to_the_nearest_value(dtype):
+    """Against brute force over every value of the format, at the midpoints between neighbours
+    and 2**-30 (relative) to either side of them: ml_dtypes' cast of float64 goes through
+    float32 and rounded 1 + 2**-8 + 2**-30 to 1.0 in bfloat16 (the nearest is 1 + 2**-7)."""
+    values, bits = _finite_values(dtype)
+    mid = (values[:-1] + values[1:]) / 2
+    x = np.concatenate([mid, mid * (1 + 2.0**-30), mid * (1 - 2.0**-30), values])
+    x = x[np.abs(x) <= values[-1]]
+    i = np.clip(np.searchsorted(values, x), 1, len(values) - 1)
+    lo, hi = values[i - 1], values[i]
+    tie = (x - lo) == (hi - x)
+    even_hi = (bits[i] & 1) == 0
+    want = np.where(tie, np.where(even_hi, hi, lo), np.where(x - lo < hi - x, lo, hi))
+    got = round_to(x, dtype)
+    bad = np.flatnonzero(got != want)
+    assert bad.size == 0, [(x[j], got[j], want[j]) for j in bad[:5]]
+    assert round_to(1 + 2**-8 + 2**-30, "bfloat16") == 1 + 2**-7
 
 
 def test_round_to_accepts_dtypes_in_every_spelling():

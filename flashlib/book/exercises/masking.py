@@ -25,10 +25,10 @@ import numpy as np
 from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker, shape_problem
 from flashlib.core.masks import (
     band_tile_class,
-    both,
     causal_bottom_right,
     dense_mask,
     key_padding,
+    padded,
     sliding_window,
 )
 from flashlib.fast.naive import naive_attention
@@ -264,7 +264,7 @@ def _nan_cases() -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarr
          dense_mask(lambda i, j, n_q, n_k: j >= 5, 6, 10)),
         ("no mask at all (6 x 7)", 4, 3, np.ones((6, 7), dtype=bool)),
         ("a window and padding together", 4, 4,
-         dense_mask(both(sliding_window(2, 1), key_padding(7)), 10, 10)),
+         dense_mask(padded(sliding_window(2, 1), 7), 10, 10)),
     ]
     cases = []
     for label, B_r, B_c, mask in masks:
@@ -357,8 +357,6 @@ def check_window_size(fb: Feedback, fn: Callable[[int], Any]) -> None:
             if (left, right) == (W - 1, 0):
                 fb.ok(f"{label}: window_size = ({W - 1}, 0), {W} keys per row")
                 continue
-            n = 20 if W < 20 else W + 4
-            keys = dense_mask(sliding_window(max(left, -1), max(right, 0)), n, n).sum(axis=1)
             if right != 0:
                 hint = (f"right = {right} lets each query see {right} future keys (with "
                         "causal=False, which the window alone must make causal): right = 0")
@@ -371,5 +369,7 @@ def check_window_size(fb: Feedback, fn: Callable[[int], Any]) -> None:
             elif left == -1:
                 hint = "-1 means no bound in flash-attn (an infinite window), not zero keys"
             else:
+                n = 20 if W < 20 else W + 4
+                keys = dense_mask(sliding_window(left, 0), n, n).sum(axis=1) if left >= 0 else [0]
                 hint = f"each row then sees {int(keys[-1])} keys, not {W}"
             fb.fail(f"{label}: window_size = ({left}, {right}): {hint}")

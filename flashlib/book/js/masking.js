@@ -2,17 +2,18 @@
 // window (causal when right = 0) with key padding, the B_r x B_c tile grid over it coloured
 // empty / partial / full, the rows that see no key, and the share of tiles computed.
 // values: {n_q, n_k, B_r, B_c, left, right, padding, align}; left/right "none" = no bound.
-// The predicate is flashlib.masks.sliding_window AND key_padding; the tests check the counts
-// this draws against flashlib.masks.classify_tiles.
+// The predicate is flashlib.masks.padded(sliding_window, n_k - padding): a bottom-right
+// diagonal sits on the last real key; the tests check the counts this draws against
+// flashlib.masks.classify_tiles.
 function draw(data, values, h) {
   var nq = values.n_q, nk = values.n_k, br = values.B_r, bc = values.B_c;
   var left = values.left === "none" ? null : values.left;
   var right = values.right === "none" ? null : values.right;
   var length = Math.max(0, nk - values.padding);
-  var shift = values.align === "bottom_right" ? nk - nq : 0;
+  var shift = values.align === "bottom_right" ? length - nq : 0;  // on the last real key
   function visible(i, j) {
     var c = i + shift;  // the diagonal key of row i
-    return j < length && (left === null || j >= c - left) && (right === null || j <= c + right);
+    return j < length && (left === null || c - j <= left) && (right === null || j - c <= right);
   }
   var W = 360, gx = 14, gy = 36, cell = Math.min(300 / nk, 260 / nq, 12);
   var parts = [];
