@@ -271,6 +271,14 @@ def _nan_cases() -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarr
         n_q, n_k = mask.shape
         Q, K, V = (rng.standard_normal((n, 5)) for n in (n_q, n_k, n_k))
         cases.append((label, Q, K, V, mask, B_r, B_c))
+    # Issue 23's case: row 1 sees only keys 5-8, in the second key tile, with scores near -800.
+    Q, K, V = (rng.standard_normal((8, n)) for n in (4, 4, 3))
+    Q[0] = 10.0  # so that row 1's score with key j is 5 * sum(K_j)
+    K[4:] = FAR_SCORE / 20 + 0.05 * rng.standard_normal((4, 4))
+    mask = np.ones((8, 8), dtype=bool)
+    mask[0, :4] = False
+    cases.append((f"8 queries, 8 keys, d = 4, blocks 4 x 4: row 1 sees only keys 5-8, with "
+                  f"scores near {FAR_SCORE:g}", Q, K, V, mask, 4, 4))
     Q, K, V, mask = blind_row_problem(shift=FAR_SCORE)
     cases.append((f"window (2, 0) bottom-right, 10 queries, 8 keys, blocks 5 x 4: rows 9 and "
                   f"10 see nothing in the first key tile and, in the second, scores near "
