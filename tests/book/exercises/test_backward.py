@@ -232,7 +232,12 @@ def masked_backward(Q, K, V, O, L, dO, mask, B_r, B_c, mistake=None):
     dQ, dK, dV = np.zeros_like(Q), np.zeros_like(K), np.zeros_like(V)
     for j in range(0, len(K), B_c):
         K_j, V_j = K[j:j + B_c], V[j:j + B_c]
-        dK_j, dV_j = np.zeros_like(K_j), np.zeros_like(V_j)
+        if mistake == "no reset":  # buffers allocated once, zeroed once
+            if j == 0:
+                buf_K, buf_V = np.zeros((B_c, K.shape[1])), np.zeros((B_c, V.shape[1]))
+            dK_j, dV_j = buf_K[:len(K_j)], buf_V[:len(K_j)]
+        else:
+            dK_j, dV_j = np.zeros_like(K_j), np.zeros_like(V_j)
         for i in range(0, len(Q), B_r):
             Q_i, dO_i = Q[i:i + B_r], dO[i:i + B_r]
             S_ij = Q_i @ K_j.T if mistake == "unscaled S" else tau * (Q_i @ K_j.T)
@@ -240,8 +245,10 @@ def masked_backward(Q, K, V, O, L, dO, mask, B_r, B_c, mistake=None):
             P_ij = np.exp(S_ij - L_use[i:i + B_r, None])
             if mistake == "NaN zeroed":
                 P_ij = np.nan_to_num(P_ij)  # right values, after a warning
-            dV_j += P_ij.T @ dO_i
-            dS_ij = P_ij * (dO_i @ V_j.T - D[i:i + B_r, None])
+            dV_j += (tau if mistake == "tau on dV" else 1.0) * (P_ij.T @ dO_i)
+            dP_ij = dO_i @ V_j.T
+            D_i = np.sum(P_ij * dP_ij, axis=1) if mistake == "tile D" else D[i:i + B_r]
+            dS_ij = P_ij * (dP_ij - D_i[:, None])
             g = {"no tau": 1.0, "tau twice": tau * tau}.get(mistake, tau)
             if mistake == "dQ written":
                 dQ[i:i + B_r] = g * (dS_ij @ K_j)
@@ -277,6 +284,9 @@ def test_masked_backward_not_attempted_and_crashing():
     ("tau twice", "carry tau twice"),
     ("unscaled S", "recompute it from the scaled scores"),
     ("dQ written", "add into dQ (+=)"),
+    ("tile D", "over one tile covers only that tile's keys"),
+    ("tau on dV", "dV is tau times too small"),
+    ("no reset", "carry over from the previous key block"),
     ("NaN", "exp(-inf - (-inf)) = NaN"),
 ])
 def test_masked_backward_recognises_common_mistakes(mistake, phrase):
