@@ -39,7 +39,10 @@ rung  function                    trick (GPU counterpart)
                                   copy (of K; row sums as s @ 1 instead of a ones column in
                                   V), skipping hidden causal tiles, masking only the diagonal
                                   ones after the exponential (FlashAttention-2's causal tile
-                                  skipping), heads in cache-sized groups
+                                  skipping), groups of query blocks and heads per numpy call,
+                                  each tile's products BLAS calls of the size the library runs
+                                  fastest, and no running maximum at all where a bound on the
+                                  scores says exp2 cannot overflow
 ====  ==========================  ===========================================================
 
 and, timed apart (with the wall clock: the process CPU time adds up the threads' times),

@@ -220,16 +220,19 @@ def test_causal_tiles_values_and_validation():
 @pytest.mark.parametrize("case", [c for c in TILE_CASES if c[0] and c[1]],
                          ids=[str(c) for c in TILE_CASES if c[0] and c[1]])
 def test_causal_tiles_is_what_flash_attention_visits(case, monkeypatch):
-    """flash_attention asks band_hides once per tile it computes: count those calls."""
+    """flash_attention asks band_hides once per group of query blocks it multiplies with a key
+    block: count the tiles of those calls, and the masked ones among them."""
     import flashlib.fast.forward
 
     n_q, n_k, b_r, b_c, causal = case
     seen = []
 
     def counting(i0, i1, j0, j1, lo, hi):
-        seen.append(band_hides(i0, i1, j0, j1, lo, hi))
-        assert seen[-1] == straddles_diagonal(i0, j1, hi)
-        return seen[-1]
+        assert i0 % b_r == 0
+        tiles = [band_hides(a, min(a + b_r, i1), j0, j1, lo, hi) for a in range(i0, i1, b_r)]
+        assert tiles == [straddles_diagonal(a, j1, hi) for a in range(i0, i1, b_r)]
+        seen.extend(tiles)
+        return band_hides(i0, i1, j0, j1, lo, hi)
 
     monkeypatch.setattr(flashlib.fast.forward, "band_hides", counting)
     x = np.random.default_rng(0).standard_normal((max(n_q, n_k), 4))
