@@ -86,6 +86,10 @@ lint: $(STAMP)
 BENCH := env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(BIN)/python -m flashlib.bench
 bench: $(STAMP)
 	$(BENCH) targets --n 4096 --repeats 5
+	$(BENCH) targets --n 4096 --repeats 5 --causal --out bench-results/targets-causal.json
+	$(BENCH) targets --n 4096 --repeats 5 --d 128 --out bench-results/targets-d128.json
+	$(BENCH) targets --n 4096 --repeats 5 --d 128 --causal \
+		--out bench-results/targets-d128-causal.json
 	$(BENCH) cpu --n 1024 4096 16384 --causal --repeats 5
 	$(BENCH) ladder --n 4096
 	$(BIN)/python -m tools.widget_redraw

@@ -30,6 +30,7 @@ paper                          teaching (flashlib.algorithms)  library twin
 =============================  ==============================  ===============================
 safe softmax                   ``safe_softmax``                ``softmax``
 online softmax, one step       ``online_update``               ``online_softmax_update`` [1]
+... one row, key by key        ``online_attention_row``        ``partial_attention`` [1]
 merge of two partial states    ``merge_states``                ``merge_partials`` [1]
 standard attention (Alg. 0)    ``standard_attention``          ``naive_attention``
 its backward (Alg. 3)          ``standard_attention_backward``  ``naive_attention_backward``

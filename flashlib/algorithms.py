@@ -11,7 +11,9 @@ the tests check every pair equal.
 
 1. softmax:             :func:`safe_softmax`
 2. the online softmax:  :func:`online_update` (one step),
-                        :func:`merge_states` (two partial states)
+                        :func:`online_attention_row` (one query row,
+                        key by key), :func:`merge_states` (two
+                        partial states)
 3. standard attention:  :func:`standard_attention` (Algorithm 0)
 4. FlashAttention:      :func:`flash1_forward` (Algorithm 1),
                         :func:`flash2_forward` (FlashAttention-2),
@@ -43,6 +45,7 @@ from flashlib.core.masks import Predicate
 __all__ = [
     "safe_softmax",
     "online_update",
+    "online_attention_row",
     "merge_states",
     "standard_attention",
     "flash1_forward",
@@ -83,6 +86,28 @@ def online_update(
     m_new = np.maximum(m, x)  # the new running maximum
     l_new = l * np.exp(m - m_new) + np.exp(x - m_new)  # rescale, add
     return m_new, l_new
+
+
+def online_attention_row(s: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """Attention of one query row, its keys read one at a time: the
+    running maximum m, sum l and unnormalised output acc, rescaled by
+    alpha whenever m grows.  What the tiled loop does for each row.
+
+    s: (N,) the row's scores (-inf: a masked key), V: (N, d_v) -> o: (d_v,)
+    (zeros when every key is masked).
+    """
+    m, l = -np.inf, 0.0  # the empty state: nothing seen yet
+    acc = np.zeros(V.shape[1], V.dtype)  # (d_v,): sum of p_j v_j
+    for s_j, v_j in zip(s, V, strict=True):  # the keys, one by one
+        if s_j == -np.inf:
+            continue  # a masked key adds nothing (and no NaN)
+        m_new = max(m, s_j)  # 1. the new running maximum
+        alpha = np.exp(m - m_new)  # 2. 1 while m stays, < 1 if it grows
+        p_j = np.exp(s_j - m_new)  # 3. the new term, at most 1
+        l = alpha * l + p_j  # 4. rescale the old sum, add
+        acc = alpha * acc + p_j * v_j  # 5. rescale the old output, add
+        m = m_new
+    return acc / l if l > 0 else acc  # o = acc / l
 
 
 def merge_states(a: State, b: State) -> State:

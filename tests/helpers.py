@@ -271,3 +271,40 @@ def student_notebook(chapter, answers: dict[str, str]):
         (index,) = cells[number]
         nb.cells[index].source = source.strip("\n")
     return nb
+
+
+def solution_code(chapter: str, label: str) -> str:
+    """The Python code blocks (```python) of exercise ``label``'s solution in book/<chapter>.md,
+    joined: the book's own answer, for the checker tests to run (never a pasted copy)."""
+    from pathlib import Path
+
+    text_ = (Path(__file__).resolve().parents[1] / "book" / f"{chapter}.md").read_text()
+    start = text_.index(f"```{{solution-start}} {label}\n")
+    body = text_[start: text_.index("```{solution-end}", start)]
+    blocks = body.split("```python\n")[1:]
+    if not blocks:
+        raise AssertionError(f"test bug: no ```python block in the solution of {label}")
+    return "\n\n".join(block.split("\n```", 1)[0] for block in blocks)
+
+
+def import_code(source: str, folder, name: str):
+    """``source`` written to folder/name.py and imported as a module (Triton reads a kernel's
+    source from its file: code run by exec has none)."""
+    import importlib.util
+
+    path = folder / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def book_solution(chapter: str, label: str) -> dict:
+    """The namespace of the book's solution of the exercise ``label`` in book/<chapter>.md
+    (its ```python blocks, `solution_code`), run with numpy imported as np, as a reader would
+    paste them."""
+    namespace: dict = {"np": np}
+    code = solution_code(chapter, label)
+    exec(compile(code, f"<solution {label}>", "exec"), namespace)  # noqa: S102
+    return namespace

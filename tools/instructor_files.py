@@ -181,7 +181,8 @@ MEETINGS = [
      "in_class": ["1.1", "1.3", "2.1", "2.2"],
      "outcomes": [
          ("count the FLOPs and the HBM traffic of standard attention from its algorithm "
-          "box, and give the shape of each of its arrays", ["1.1", "1.2", "1.3"]),
+          "box, give the shape of each of its arrays, and find the block size at which "
+          "FlashAttention's memory and compute times balance", ["1.1", "1.2", "1.3", "1.5"]),
          ("write attention in numpy that neither overflows nor warns, in float16, 32 and 64",
           ["1.4", "2.1"]),
          ("find the largest safe input of exp in each format, and the promotion numpy 2 "
@@ -196,8 +197,9 @@ MEETINGS = [
           "state included", ["3.1", "3.2", "3.3"]),
          ("build a counterexample for a merge that forgets to rescale, and explain in words "
           "why the bug hides on many inputs", ["3.4"]),
-         ("write FlashAttention-2's forward without an n x n array, and count its writes of "
-          "O with a pencil", ["4.1", "4.2", "4.3", "4.4", "4.5"])]},
+         ("write FlashAttention-2's tiled loop (its running m, l and acc) without an n x n "
+          "array, count its writes of O, and size square blocks for an SRAM with a pencil",
+          ["4.1", "4.2", "4.3", "4.4", "4.5"])]},
     {"title": "Making it fast, and masks",
      "chapters": ["optimisation-ladder", "masking"],
      "lecture": "20 min: the ladder's rungs and the GPU technique each one mirrors; masks as "
@@ -216,11 +218,14 @@ MEETINGS = [
                 "bfloat16 and FP8, flash-attn's 2x rule",
      "in_class": ["7.1", "7.3", "8.1", "8.4"],
      "outcomes": [
-         ("derive D and dS from the softmax's Jacobian and check gradients by finite "
-          "differences", ["7.1", "7.2", "7.3", "7.4"]),
-         ("simulate bfloat16 and FP8 rounding, and decide which quantities must stay "
-          "float32", ["8.1", "8.2", "8.3"]),
-         ("state flash-attn's 2x rule as a test, and rotate outliers away before FP8",
+         ("derive D (with a gradient of L too) and dS from the softmax's Jacobian, and "
+          "check gradients by finite differences", ["7.1", "7.2", "7.3", "7.4"]),
+         ("write FlashAttention-2's tiled backward with a mask, rows that see no key "
+          "included, against autograd", ["7.5"]),
+         ("simulate rounding to p significant bits and a bfloat16 sum, and decide which "
+          "quantities must stay float32", ["8.1", "8.2", "8.3"]),
+         ("state flash-attn's 2x rule, with FlashAttention-3's allowance, as a test, and "
+          "rotate outliers away before FP8",
           ["8.4", "8.5"])]},
     {"title": "The IO model, and beyond FlashAttention-1",
      "chapters": ["io-model", "beyond"],

@@ -9,15 +9,18 @@
 
 Every implementation runs on the same inputs, one thread (BLAS via threadpoolctl, torch via
 ``torch.set_num_threads``), round-robin (one call of each per repeat, so drift hits all alike);
-the table shows medians and ratios from one run.  The default clock is the process CPU time,
-which on a shared machine leaves out the time other processes hold the core; ``--clock wall``
+the table shows medians and ratios from one run, and each implementation's fraction of its own
+matrix library's single-thread sgemm peak (numpy's BLAS for flashlib and the numpy baselines,
+torch's for the PyTorch baselines), both peaks measured once per run, round-robin.  The default
+clock is the process CPU time, which on a shared machine leaves out the time other processes
+hold the core; ``--clock wall``
 uses ``time.perf_counter``.  With ``--threads`` above 1 the wall clock is forced (the process
 CPU time adds up the time of every thread).  PyTorch's SDPA is pinned to its FlashAttention
 backend (``torch.nn.attention.sdpa_kernel``) when that backend runs here, else left to choose,
 and the JSON says which; without torch the PyTorch baselines are skipped, and the report says
 so.  A JSON file records the machine (CPU model, family, flags, caches, BLAS and its kernel,
-threads, library versions, flashlib's git commit), the single-thread sgemm peak, every time and
-the ratios.
+threads, library versions, flashlib's git commit), the sgemm peaks, every time, the fractions
+and the ratios.
 
 - :mod:`flashlib.bench.machine`  the machine: CPU, BLAS, threads, versions, the sgemm peak
 - :mod:`flashlib.bench.suites`   what is timed (``cpu``, ``ladder``) and the summary rows
@@ -30,12 +33,15 @@ The widgets' live redraw time is book tooling: ``python -m tools.widget_redraw``
 
 from flashlib.bench.machine import (
     CPU_FLAGS,
+    LIBRARIES,
     SGEMM_SIZES,
     cpu_details,
     flashlib_source,
     machine_info,
+    own_library,
     set_threads,
     sgemm_peak,
+    sgemm_peaks,
     torch_available,
 )
 from flashlib.bench.report import report
@@ -56,6 +62,7 @@ from flashlib.bench.targets import exp2_state, format_targets, run_targets
 __all__ = [
     "CPU_FLAGS",
     "SGEMM_SIZES",
+    "LIBRARIES",
     "DEFAULT_BLOCKS",
     "DEFAULT_NS",
     "cpu_details",
@@ -63,6 +70,8 @@ __all__ = [
     "machine_info",
     "set_threads",
     "sgemm_peak",
+    "sgemm_peaks",
+    "own_library",
     "torch_available",
     "attention_flops",
     "cpu_calls",

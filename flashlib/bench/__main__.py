@@ -61,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--d", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per implementation")
     parser.add_argument("--causal", action="store_true",
-                        help="also time causal attention (and report causal / non-causal)")
+                        help="also time causal attention (and report causal / non-causal); "
+                        "targets: time causal attention")
     parser.add_argument("--causal-only", action="store_true", help="time causal attention only")
     parser.add_argument("--blocks", type=_parse_blocks,
                         default=",".join(f"{r}x{c}" for r, c in DEFAULT_BLOCKS),
@@ -88,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             results = run_targets(
                 n=args.n[0] if args.n else 4096, heads=args.heads, d=args.d,
                 repeats=args.repeats, threads=args.threads, with_torch=not args.no_torch,
-                progress=not args.no_progress)
+                progress=not args.no_progress, causal=args.causal or args.causal_only)
         else:
             results = run(
                 args.suite, ns=args.n or list(DEFAULT_NS), heads=args.heads, d=args.d,

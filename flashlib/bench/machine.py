@@ -22,10 +22,13 @@ from flashlib.core.measure import median_times
 __all__ = [
     "CPU_FLAGS",
     "SGEMM_SIZES",
+    "LIBRARIES",
     "set_threads",
     "thread_count",
     "torch_available",
     "sgemm_peak",
+    "sgemm_peaks",
+    "own_library",
     "cpu_details",
     "flashlib_source",
     "machine_info",
@@ -72,22 +75,61 @@ def torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-def sgemm_peak(
-    sizes: Sequence[int] = SGEMM_SIZES, repeats: int = 5, *, clock: str = "cpu"
-) -> float:
-    """This machine's float32 matmul peak in FLOP/s: the best, over square sizes n, of the
-    median rate of ``repeats`` n x n products (small products run from cache, large ones
-    amortise the packing; the fastest of them is the peak a tile can hope for)."""
+#: The matrix libraries whose peaks the benchmark measures: numpy's BLAS (flashlib's and the
+#: numpy baselines' library) and torch's (MKL or OpenBLAS, as torch was built).
+LIBRARIES = ("numpy", "torch")
+
+
+def own_library(impl: str) -> str:
+    """The matrix library an implementation of the benchmark runs on: ``"torch"`` for the
+    PyTorch baselines (names starting with ``torch``), else ``"numpy"`` (flashlib and the
+    numpy baselines, on numpy's BLAS)."""
+    return "torch" if impl.startswith("torch") else "numpy"
+
+
+def _square_matmuls(library: str, sizes: Sequence[int]) -> dict[int, Any]:
+    """One n x n float32 product per size, as a zero-argument call on ``library``."""
     rng = np.random.default_rng(0)
-    best = 0.0
+    calls: dict[int, Any] = {}
     for n in sizes:
         a, b = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
         c = np.empty_like(a)
+        if library == "numpy":
+            calls[n] = lambda a=a, b=b, c=c: np.matmul(a, b, out=c)
+        elif library == "torch":
+            import torch
+
+            ta, tb, tc = (torch.from_numpy(x) for x in (a, b, c))
+            calls[n] = lambda ta=ta, tb=tb, tc=tc: torch.mm(ta, tb, out=tc)
+        else:
+            raise ValueError(f"library must be one of {LIBRARIES}, got {library!r}")
+    return calls
+
+
+def sgemm_peaks(
+    libraries: Sequence[str] = ("numpy",), sizes: Sequence[int] = SGEMM_SIZES,
+    repeats: int = 5, *, clock: str = "cpu",
+) -> dict[str, float]:
+    """Each library's float32 matmul peak in FLOP/s, on the threads set now: the best, over
+    square sizes n, of the median rate of ``repeats`` n x n products (small products run from
+    cache, large ones amortise the packing; the fastest of them is the peak a tile can hope
+    for).  The libraries take turns at each size (round-robin), so that a change of load hits
+    them alike: the benchmark measures its peaks once per run, with this."""
+    calls = {lib: _square_matmuls(lib, sizes) for lib in libraries}
+    best = dict.fromkeys(libraries, 0.0)
+    for n in sizes:
         reps = max(repeats, int(4e9 // (2 * n**3)))  # at least ~0.05 s per size
-        t = median_times({"sgemm": lambda a=a, b=b, c=c: np.matmul(a, b, out=c)}, reps,
-                         clock=clock)["sgemm"]
-        best = max(best, 2.0 * n**3 / t)
+        med = median_times({lib: calls[lib][n] for lib in libraries}, reps, clock=clock)
+        for lib in libraries:
+            best[lib] = max(best[lib], 2.0 * n**3 / med[lib])
     return best
+
+
+def sgemm_peak(
+    sizes: Sequence[int] = SGEMM_SIZES, repeats: int = 5, *, clock: str = "cpu"
+) -> float:
+    """This machine's float32 matmul peak on numpy's BLAS, FLOP/s (:func:`sgemm_peaks`)."""
+    return sgemm_peaks(("numpy",), sizes, repeats, clock=clock)["numpy"]
 
 
 def _lscpu() -> dict[str, str]:

@@ -9,20 +9,22 @@ from flashlib.bench.machine import SGEMM_SIZES
 
 __all__ = ["report", "format_rows"]
 
-_COLUMNS = ("implementation", "median s", "GFLOP/s", "% peak", "/naive_inpl", "/sdpa")
+_COLUMNS = ("implementation", "median s", "GFLOP/s", "% own peak", "/naive_inpl", "/sdpa")
 
 
 def format_rows(rows: list[dict[str, Any]]) -> str:
     """One run's rows (:func:`flashlib.bench.suites.summarise`) as a text table: median time,
-    GFLOP/s, percent of the sgemm peak and the ratios to naive_inplace and torch_sdpa (blank
-    where not measured)."""
+    GFLOP/s, percent of its own library's sgemm peak (numpy's BLAS for flashlib and the numpy
+    baselines, torch's for torch; "np" or "torch" says which) and the ratios to naive_inplace
+    and torch_sdpa (blank where not measured)."""
     from tabulate import tabulate
 
     table = []
     for r in rows:
+        lib = {"numpy": "np", "torch": "torch"}.get(r.get("peak_library", ""), "")
         table.append([
             r["impl"], f"{r['median_s']:.4f}", f"{r['gflops']:.1f}",
-            f"{100 * r['peak_fraction']:.1f}%" if "peak_fraction" in r else "",
+            f"{100 * r['peak_fraction']:.1f}% {lib}" if "peak_fraction" in r else "",
             f"{r['vs_naive_inplace']:.2f}" if "vs_naive_inplace" in r else "",
             f"{r['vs_torch_sdpa']:.2f}" if "vs_torch_sdpa" in r else "",
         ])
@@ -52,10 +54,15 @@ def report(results: Mapping[str, Any]) -> str:
             out.append(results[note])
     if results.get("sdpa_backend"):
         out.append(f"torch SDPA backend: {results['sdpa_backend']}")
-    if results.get("sgemm_peak_gflops"):
+    peaks = results.get("sgemm_peaks_gflops") or (
+        {"numpy": results["sgemm_peak_gflops"]} if results.get("sgemm_peak_gflops") else {})
+    if peaks:
         sizes = results.get("sgemm_sizes", SGEMM_SIZES)
-        out.append(f"single-thread sgemm peak (best of n = {min(sizes)} ... {max(sizes)}): "
-                   f"{results['sgemm_peak_gflops']:.1f} GFLOP/s")
+        out.append(f"{m['threads']}-thread sgemm peak (best of n = {min(sizes)} ... "
+                   f"{max(sizes)}, measured in this run): " + ", ".join(
+                       f"{lib} {x:.1f} GFLOP/s" for lib, x in peaks.items())
+                   + "; '% own peak' is each implementation's attention GFLOP/s against its "
+                   "own library's peak (np: numpy's BLAS, torch: torch's)")
     by_key = {(r["n"], r["causal"]): r for r in results.get("runs", [])}
     for r in results.get("runs", []):
         out.append(f"\nn = {r['n']}, heads = {r['heads']}, d = {r['d']}, "

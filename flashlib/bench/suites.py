@@ -24,8 +24,9 @@ import numpy as np
 from flashlib.bench.machine import (
     SGEMM_SIZES,
     machine_info,
+    own_library,
     set_threads,
-    sgemm_peak,
+    sgemm_peaks,
     thread_count,
     torch_available,
 )
@@ -58,10 +59,9 @@ NAIVE_BATCH_BYTES = 1 << 30
 #: Sequence lengths timed by ``python -m flashlib.bench cpu`` when ``--n`` is not given.
 DEFAULT_NS = (1024, 4096)
 #: Tile sizes (B_r, B_c) of flash_attention timed by ``python -m flashlib.bench cpu`` when
-#: ``--blocks`` is not given: the sweep cited where flashlib.core.constants chooses BLOCK_Q x
-#BLOCK_K.
-#: The default tile among them is the row "flash", not timed twice.
-DEFAULT_BLOCKS = ((64, 64), (64, 128), (128, 64), (128, 128), (256, 256))
+#: ``--blocks`` is not given: the sweep cited where flashlib.core.constants chooses
+#: BLOCK_Q x BLOCK_K.  The default tile among them is the row "flash", not timed twice.
+DEFAULT_BLOCKS = ((64, 64), (128, 64), (64, 128), (128, 128), (256, 128), (128, 256))
 #: The suites of ``python -m flashlib.bench``: :func:`run` runs the first two, the third is
 #: :func:`flashlib.bench.targets.run_targets`.
 SUITES = ("cpu", "ladder", "targets")
@@ -222,10 +222,14 @@ def tile_breakdown(
 
 
 def summarise(
-    times: Mapping[str, Sequence[float]], flops: float, peak: float | None
+    times: Mapping[str, Sequence[float]], flops: float,
+    peak: float | Mapping[str, float] | None,
 ) -> list[dict[str, Any]]:
-    """One row per implementation: median and min seconds, GFLOP/s, fraction of the sgemm
-    peak, and ratios to naive_inplace and torch_sdpa (when they were timed)."""
+    """One row per implementation: median and min seconds, GFLOP/s, the fraction of its own
+    matrix library's sgemm peak (``peak``: {library: FLOP/s} as :func:`flashlib.bench.machine.
+    sgemm_peaks` measures it, each implementation against its :func:`flashlib.bench.machine.
+    own_library`'s; a single number is every implementation's), and ratios to naive_inplace and
+    torch_sdpa (when they were timed)."""
     med = {name: float(np.median(ts)) for name, ts in times.items()}
     rows = []
     for name, ts in times.items():
@@ -236,8 +240,11 @@ def summarise(
             "times_s": list(ts),
             "gflops": flops / med[name] / 1e9,
         }
-        if peak:
-            row["peak_fraction"] = flops / med[name] / peak
+        library = own_library(name)
+        own = peak.get(library) if isinstance(peak, Mapping) else peak
+        if own:
+            row["peak_fraction"] = flops / med[name] / own
+            row["peak_library"] = library
         for base in ("naive_inplace", "torch_sdpa"):
             if base in med:
                 row[f"vs_{base}"] = med[name] / med[base]
@@ -298,11 +305,16 @@ def run(
     if torch_note:
         notes["torch_note"] = torch_note
     set_threads(threads)
-    peak = sgemm_peak(repeats=max(3, repeats), clock=clock) if peak_sgemm else None
+    # one peak measurement per run: numpy's BLAS (flashlib's library) and, with the torch
+    # baselines, torch's, round-robin
+    libraries = ("numpy", "torch") if with_torch else ("numpy",)
+    peaks = (sgemm_peaks(libraries, repeats=max(3, repeats), clock=clock) if peak_sgemm
+             else None)
     results: dict[str, Any] = {
         "suite": suite,
         "machine": machine_info(threads, clock),
-        "sgemm_peak_gflops": peak / 1e9 if peak else None,
+        "sgemm_peak_gflops": peaks["numpy"] / 1e9 if peaks else None,
+        "sgemm_peaks_gflops": {lib: x / 1e9 for lib, x in peaks.items()} if peaks else None,
         "sgemm_sizes": list(SGEMM_SIZES),
         "defaults": {"block_q": BLOCK_Q, "block_k": BLOCK_K},
         **notes,
@@ -334,7 +346,7 @@ def run(
             flops = attention_flops(heads, n, n, d, causal)
             results["runs"].append({
                 "n": n, "heads": heads, "d": d, "causal": causal, "dtype": "float32",
-                "repeats": repeats, "flops": flops, "rows": summarise(times, flops, peak),
+                "repeats": repeats, "flops": flops, "rows": summarise(times, flops, peaks),
             })
             if suite == "ladder":
                 results["runs"][-1]["threads_rung"] = threads_rung_times(

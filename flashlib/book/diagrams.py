@@ -181,8 +181,11 @@ def memory_diagram(n: int, d: int, B: int, itemsize: int) -> Diagram:
             dg.text(56, top + 97, "no S, no P")
             for k, name in enumerate(("Q_i", "K_j", "V_j")):
                 dg.chip(245 + 38 * k, top + 48, name, w=34)
-            dg.chip(245, top + 78, "S_ij", f"{B}×{B}, {_size(tile)}", w=110, h=36,
-                    fill="orange")
+            # the tile's name and its size on lines of their own: S_ij's subscript would
+            # otherwise run into the size below it
+            dg.chip(245, top + 76, "", w=110, h=40, fill="orange")
+            dg.text(300, top + 91, "S_ij", anchor="middle", bold=True)
+            dg.text(300, top + 110, f"{B}×{B}, {_size(tile)}", anchor="middle")
             for x, name in ((245, "O_i"), (283, "m_i"), (321, "l_i")):
                 dg.chip(x, top + 120, name, w=34)
             summary = "read Q_i, K_j, V_j; write O_i and L_i once"

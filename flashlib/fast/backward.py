@@ -17,12 +17,18 @@ validated), with the forward's lessons (:mod:`flashlib.fast.forward`):
   and ``-lse_i`` (base 2) riding in the matmul as an extra column of Q: ``[c Q_i, -lse_i] @
   [K_j^T; 1] = S_ij - lse_i``, so ``P_ij`` is one ``exp2`` of the matmul's output;
 - likewise ``[dO_i, -D_i] @ [V_j^T; 1] = dP_ij - D_i``, so ``dS_ij`` is one multiplication;
+- every BLAS call one the matrix library runs near its peak, as in the forward: each tile's
+  five products cut into calls of 64 rows (:func:`flashlib.fast.tiles.blas_matmul`), and
+  several tiles per numpy call: up to GROUP_TILES key blocks of a head stay put (K^T, V^T,
+  dK, dV) while the query blocks stream past them, which reads Q, dO and dQ a quarter as
+  often, each (key block, query block) tile its own BLAS calls, and dQ's share summed over the
+  group's key blocks;
 - preallocated tiles and ``out=`` everywhere; the scale of dQ and dK applied once at the end;
 - scores clamped where they could make ``exp2`` or the matmuls meet subnormal numbers (the
   forward's large-logit cliff), masked entries zeroed after the exponential;
 - causal tile skipping in both loops: each key block starts at the first query block that may
   see it (and the forward's loop stops at the last key block a query block may see);
-- threads: heads (or, for fewer heads than threads, key blocks, each part with its own dQ,
+- threads: heads (or, for fewer heads than threads, key groups, each part with its own dQ,
   summed in a fixed order) run on as many threads as the BLAS thread limit.
 """
 
@@ -41,7 +47,16 @@ from flashlib.core.problem import (
     check_no_overflow,
     results_are_finite,
 )
-from flashlib.fast.tiles import TILE_BYTES, exp_floor, hidden_entries, max_row_norm, slow_below
+from flashlib.fast.tiles import (
+    GROUP_TILES,
+    TILE_BYTES,
+    TileCall,
+    exp_floor,
+    hidden_entries,
+    keys_seen,
+    max_row_norm,
+    slow_below,
+)
 
 __all__ = ["flash_attention_backward"]
 
@@ -81,9 +96,10 @@ def flash_attention_backward(
     number, split over key blocks (fewer heads than threads) it does by rounding only, and
     only on the caller's BLAS limit, never on what other Python threads are doing.
     o, lse: required arrays (None is refused by name).
-    Extra memory beyond inputs and outputs: O(n d) ([Q, -lse], [dO, -D] and tiles of K^T and
-    V^T in the compute dtype, one dQ per part for a split over key blocks) plus a few
-    B_r x B_c tiles per head and thread (S and P, dP and dS), never (n_q, n_k).
+    Extra memory beyond inputs and outputs: O(n d) ([Q, -lse], [dO, -D] in the compute
+    dtype, one dQ per part for a split over key blocks) plus a group's few B_r x B_c tiles per
+    thread (S and P, dP and dS for up to GROUP_TILES key blocks, within TILE_BYTES, or one
+    tile each if larger; the group's K^T and V^T), never (n_q, n_k).
     Grouped-query attention as in :func:`flashlib.flash_attention` (k, v with h_kv heads, h_q
     a multiple): dk, dv have k's shape, each summed over the query heads of its group (K and
     V are repeated per query head while the gradients are computed).
@@ -102,18 +118,50 @@ def flash_attention_backward(
 
 
 class _BackwardTiles(NamedTuple):
-    """One worker's buffers for a group of up to G heads (sliced to the group's size)."""
+    """One worker's buffers for a group of up to G heads x C key blocks (C: up to GROUP_TILES
+    key blocks of B_c keys; sliced to the group's size).  Tiles are stored key block by key
+    block, (G, C, B_r, B_c), so that each block's products are BLAS calls of their own."""
 
-    kt: np.ndarray  # (G, d + 1, B_c): [K_j^T; 1] of the current key block
-    vt: np.ndarray  # (G, d_v + 1, B_c): [V_j^T; 1]
-    s: np.ndarray  # (G, B_r, B_c): S - lse, then P, in place
-    dp: np.ndarray  # (G, B_r, B_c): dP - D, then dS, in place
-    kv: np.ndarray  # (G, B_c, max(d, d_v)): one tile's P^T dO or dS^T Q
-    rows: np.ndarray  # (G, B_r, d): one tile's dS K
-    floors: np.ndarray | None  # (G, B_r, B_c) of the clamping floor, when clamping may be needed
+    kt: np.ndarray  # (G, C, d + 1, B_c): [K_j^T; 1] of the group's key blocks
+    vt: np.ndarray  # (G, C, d_v + 1, B_c): [V_j^T; 1]
+    s: np.ndarray  # (G, C, B_r, B_c): S - lse, then P, in place
+    dp: np.ndarray  # (G, C, B_r, B_c): dP - D, then dS, in place
+    kv: np.ndarray  # (G, C, max(B_r, B_c), max(d, d_v)): each key block's P^T dO or dS^T Q,
+    #                 then its dS K
+    floors: np.ndarray | None  # (G, C, B_r, B_c) of the clamping floor, when clamping may be
 
 
-def _backward_key_block(
+class _Calls(NamedTuple):
+    """Key blocks [c0, c1) of a group against a query block of r rows: the tiles, the group's
+    operands and accumulators of those key blocks, and the BLAS calls into the tiles
+    (TileCall: split into calls of the size BLAS runs fastest, laid out once)."""
+
+    s: np.ndarray  # (G, c1 - c0, r, w)
+    dp: np.ndarray
+    kt: np.ndarray  # (G, c1 - c0, d + 1, w)
+    vt: np.ndarray  # (G, c1 - c0, d_v + 1, w)
+    k_j: np.ndarray  # (G, c1 - c0, w, d)
+    dk_j: np.ndarray  # (G, c1 - c0, w, d)
+    dv_j: np.ndarray  # (G, c1 - c0, w, d_v)
+    score: TileCall  # [Q_i, -lse_i] @ [K_j^T; 1] -> s
+    dscore: TileCall  # [dO_i, -D_i] @ [V_j^T; 1] -> dp
+    dv: TileCall  # P_ij^T dO_i -> kv
+    dk: TileCall  # dS_ij^T Q_i -> kv
+    dq: TileCall  # dS_ij K_j -> kv, per key block
+
+
+def _calls(buf: _BackwardTiles, kt: np.ndarray, vt: np.ndarray, k_j: np.ndarray,
+           dk_j: np.ndarray, dv_j: np.ndarray, c0: int, c1: int, r: int) -> _Calls:
+    n_b, w, d, d_v = kt.shape[0], kt.shape[-1], kt.shape[-2] - 1, vt.shape[-2] - 1
+    s, dp = buf.s[:n_b, c0:c1, :r, :w], buf.dp[:n_b, c0:c1, :r, :w]
+    kv = buf.kv[:n_b, c0:c1, :w]
+    return _Calls(s, dp, kt[:, c0:c1], vt[:, c0:c1], k_j[:, c0:c1], dk_j[:, c0:c1],
+                  dv_j[:, c0:c1], TileCall(s, d + 1), TileCall(dp, d_v + 1),
+                  TileCall(kv[..., :d_v], r), TileCall(kv[..., :d], r),
+                  TileCall(buf.kv[:n_b, c0:c1, :r, :d], w))
+
+
+def _backward_key_group(
     q_aug: np.ndarray, do_aug: np.ndarray, q: np.ndarray, do: np.ndarray, kt: np.ndarray,
     vt: np.ndarray, k_j: np.ndarray, dq: np.ndarray, dk_j: np.ndarray, dv_j: np.ndarray,
     j0: int, block_q: int, offset: int | None, mask: np.ndarray | None, heads: slice,
@@ -121,47 +169,80 @@ def _backward_key_block(
     lo: int | None = None, lengths: np.ndarray | None = None,
     bands: np.ndarray | None = None,
 ) -> None:
-    """dK_j and dV_j of one key block (G heads), adding its share of dQ into ``dq``.
+    """dK_j and dV_j of a group of key blocks (G heads, C blocks of w keys), adding its share
+    of dQ into ``dq``.
 
     q_aug: (G, n_q, d + 1) = [scale * log2(e) * Q, -lse * log2(e)] ([scale * Q, -lse] with
     ``exp=np.exp``, the natural-units fallback); do_aug: (G, n_q, d_v + 1) = [dO, -D];
     q: (G, n_q, d) and do: (G, n_q, d_v): Q and dO again, contiguous (BLAS reads the rows of
     q_aug and do_aug, whose stride is d + 1, markedly slower as a product's right operand);
-    kt: (G, d + 1, w) = [K_j^T; 1]; vt: (G, d_v + 1, w) = [V_j^T; 1];
-    k_j: (G, w, d).  dq (G, n_q, d), dk_j (G, w, d), dv_j (G, w, d_v): accumulated in place,
-    dq and dk_j without the softmax scale.  floor: where a tile's S - lse falls below it,
-    clamp at it and subtract exp(floor) after the exponential, so that what would have been
-    subnormal (slow) is exactly 0 and P keeps an absolute error below exp(floor), 2**-63 in
-    float32 (None: no clamping).  lo: the sliding window's left edge (row i sees keys
-    j >= i + lo: query blocks past the last row that sees key j1 - 1 are skipped); lengths:
-    (G,) key padding of the group, or None.
+    kt: (G, C, d + 1, w) = [K_j^T; 1] per key block; vt: (G, C, d_v + 1, w) = [V_j^T; 1];
+    k_j: (G, C, w, d).  The key blocks are whole (all w = B_c keys) when C > 1.  dq (G, n_q, d),
+    dk_j (G, C, w, d), dv_j (G, C, w, d_v): accumulated in place, dq and dk_j without the
+    softmax scale.  floor: where a tile's S - lse falls below it, clamp at it and subtract
+    exp(floor) after the exponential, so that what would have been subnormal (slow) is
+    exactly 0 and P keeps an absolute error below exp(floor), 2**-63 in float32 (None: no
+    clamping).  lo: the sliding window's left edge (row i sees keys j >= i + lo: query blocks
+    past the last row that sees the group's last key are skipped); lengths: (G,) key padding
+    of the group, or None; bands: (G, 2), each sequence's own band when they differ (lo and
+    offset are then the loosest; :func:`hidden_entries`), or None.  Each query block meets
+    only the key blocks of the group it may see (:func:`keys_seen`), each key block's products
+    BLAS calls of their own.
     """
-    n_b, n_q, d = q_aug.shape[0], q_aug.shape[1], q_aug.shape[2] - 1
-    w, d_v = kt.shape[-1], vt.shape[-2] - 1
-    j1 = j0 + w
+    n_q, c_all, w = q_aug.shape[1], kt.shape[1], kt.shape[3]
+    j1 = j0 + c_all * w
     last_row = n_q if lo is None else max(0, min(n_q, j1 - lo))  # rows i <= j1 - 1 - lo
+    length = None if lengths is None else int(lengths.max())
+    calls: dict[tuple[int, int, int], _Calls] = {}  # (c0, c1, rows)
     for i0 in range(_first_query_block(j0, offset, block_q), last_row, block_q):
         i1 = min(i0 + block_q, n_q)
-        hidden = hidden_entries(i0, i1, j0, j1, band_hides(i0, i1, j0, j1, lo, offset),
-                                offset, mask, heads, lo, lengths, bands)
-        if hidden is not None and hidden.all():
+        c0, c1 = keys_seen(i0, i1, j0, j1, w, lo, offset, length)
+        if c0 >= c1:
             continue
-        s, dp = buf.s[:n_b, : i1 - i0, :w], buf.dp[:n_b, : i1 - i0, :w]
-        np.matmul(q_aug[:, i0:i1], kt, out=s)  # S_ij - lse_i, base 2
+        ja, jb = j0 + c0 * w, j0 + c1 * w
+        # hidden entries, as (first key block, last key block + 1, mask broadcastable to
+        # (G, blocks, r, w)): under the band alone only the key blocks that straddle its edges
+        hidden = []
+        if mask is None and lengths is None:
+            if band_hides(i0, i1, ja, jb, lo, offset):
+                for c in range(c0, c1):
+                    jc = j0 + c * w
+                    if band_hides(i0, i1, jc, jc + w, lo, offset):
+                        h = hidden_entries(i0, i1, jc, jc + w, True, offset, None, heads, lo)
+                        hidden.append((c, c + 1, h[..., None, :, :]))
+        else:
+            h = hidden_entries(i0, i1, ja, jb, band_hides(i0, i1, ja, jb, lo, offset),
+                               offset, mask, heads, lo, lengths, bands)
+            if h is not None:
+                if h.all():
+                    continue
+                # (..., r, (c1 - c0) w) -> (..., c1 - c0, r, w): the tiles' layout
+                hidden.append((c0, c1, np.swapaxes(h.reshape(h.shape[:-1] + (c1 - c0, w)),
+                                                   -2, -3)))
+        call = calls.get((c0, c1, i1 - i0))
+        if call is None:
+            call = calls[c0, c1, i1 - i0] = _calls(buf, kt, vt, k_j, dk_j, dv_j, c0, c1,
+                                                   i1 - i0)
+        s, dp = call.s, call.dp
+        call.score(q_aug[:, None, i0:i1], call.kt)  # S_ij - lse_i, base 2
         clamped = floor is not None and s.min() < floor
         if clamped:  # no subnormal numbers, no -inf (against an array: twice as fast)
-            np.maximum(s, buf.floors[:n_b, : i1 - i0, :w], out=s)
+            np.maximum(s, buf.floors[: s.shape[0], c0:c1, : i1 - i0, :w], out=s)
         p_ij = exp(s, out=s)  # P_ij, recomputed
         if clamped:  # flush: the clamped entries become exactly 0, the others stay normal
             p_ij -= exp(floor)
-        if hidden is not None:
-            np.copyto(p_ij, 0, where=hidden)
-        kv = buf.kv[:n_b, :w]
-        dv_j += np.matmul(p_ij.swapaxes(-1, -2), do[:, i0:i1], out=kv[..., :d_v])
-        np.matmul(do_aug[:, i0:i1], vt, out=dp)  # dP_ij - D_i
+        for ca, cb, h in hidden:
+            np.copyto(p_ij[:, ca - c0: cb - c0], 0, where=h)
+        dv_c, dk_c = call.dv_j, call.dk_j
+        dv_c += call.dv(p_ij.swapaxes(-1, -2), do[:, None, i0:i1])
+        call.dscore(do_aug[:, None, i0:i1], call.vt)  # dP_ij - D_i
         ds = np.multiply(p_ij, dp, out=dp)  # dS_ij = P_ij * (dP_ij - D_i)
-        dk_j += np.matmul(ds.swapaxes(-1, -2), q[:, i0:i1], out=kv[..., :d])
-        dq[:, i0:i1] += np.matmul(ds, k_j, out=buf.rows[:n_b, : i1 - i0])
+        dk_c += call.dk(ds.swapaxes(-1, -2), q[:, None, i0:i1])
+        part = call.dq(ds, call.k_j)  # (G, c1 - c0, r, d): each key block's dS K
+        if c1 - c0 == 1:
+            dq[:, i0:i1] += part[:, 0]
+        else:  # summed over the key blocks in one pass, then added once
+            dq[:, i0:i1] += part.sum(axis=1)
 
 
 def _backward(
@@ -211,57 +292,66 @@ def _backward(
     dq = np.zeros((n_b, n_q, d), dtype=dtype)
     dk = np.empty((n_b, n_k, d), dtype=dtype)
     dv = np.empty((n_b, n_k, d_v), dtype=dtype)
-    n_tiles = -(-n_k // b_c) if b_c else 0
+    # Key groups: up to GROUP_TILES whole key blocks (each tile buffer, P and dS, within
+    # TILE_BYTES), the last block alone when it is not whole: (first block, blocks).
+    whole = n_k // b_c if b_c else 0
+    tile_bytes = max(1, b_r * b_c * dtype.itemsize)
+    per_group = max(1, min(whole or 1, GROUP_TILES, TILE_BYTES // tile_bytes))
+    key_groups = [(t, min(per_group, whole - t)) for t in range(0, whole, per_group)]
+    if b_c and n_k > whole * b_c:
+        key_groups.append((whole, 1))
     work_size = float(n_b) * n_q * n_k * (d + d_v)
-    group = max(1, min(TILE_BYTES // max(1, b_r * b_c * dtype.itemsize), n_b))
-    tile = b_r * b_c
-    workers = pool.workers_for(work_size, n_b * max(n_tiles, 1), workers,
-                                   tile=group * tile)
+    group = max(1, min(n_b, TILE_BYTES // (per_group * tile_bytes)))
+    tile = per_group * b_r * b_c
+    workers = pool.workers_for(work_size, n_b * max(len(key_groups), 1), workers,
+                               tile=group * tile)
     # Split the heads into groups (a group's tiles fit TILE_BYTES), at least one per worker
     # while each worker's tiles stay large enough (MIN_THREAD_TILE twice over: the result then
     # does not depend on the thread count); else keep the heads together and split the key
-    # blocks, round-robin, each part adding into its own dQ (summed in a fixed order).
+    # groups, round-robin, each part adding into its own dQ (summed in a fixed order).
     size, parts = group, 1
     if workers > 1:
         if n_b >= workers and (n_b // workers) * tile >= 2 * pool.MIN_THREAD_TILE:
             size = min(group, n_b // workers)
         else:
-            parts = max(1, min(-(-workers // -(-n_b // group)), n_tiles))
+            parts = max(1, min(-(-workers // -(-n_b // group)), len(key_groups)))
     heads = [(h0, min(h0 + size, n_b)) for h0 in range(0, n_b, size)]
     dq_parts = [dq] + [np.zeros_like(dq) for _ in range(parts - 1)]
     items = [(h0, h1, part) for part in range(parts) for h0, h1 in heads]
     mid = max(d, d_v)
 
     def setup() -> _BackwardTiles:
-        kt = np.empty((size, d + 1, b_c), dtype=dtype)
-        vt = np.empty((size, d_v + 1, b_c), dtype=dtype)
-        kt[:, d] = 1
-        vt[:, d_v] = 1
+        kt = np.empty((size, per_group, d + 1, b_c), dtype=dtype)
+        vt = np.empty((size, per_group, d_v + 1, b_c), dtype=dtype)
+        kt[:, :, d] = 1
+        vt[:, :, d_v] = 1
         return _BackwardTiles(
             kt=kt,
             vt=vt,
-            s=np.empty((size, b_r, b_c), dtype=dtype),
-            dp=np.empty((size, b_r, b_c), dtype=dtype),
-            kv=np.empty((size, b_c, mid), dtype=dtype),
-            rows=np.empty((size, b_r, d), dtype=dtype),
-            floors=np.full((size, b_r, b_c), floor) if clamp else None,
+            s=np.empty((size, per_group, b_r, b_c), dtype=dtype),
+            dp=np.empty((size, per_group, b_r, b_c), dtype=dtype),
+            kv=np.empty((size, per_group, max(b_r, b_c), mid), dtype=dtype),
+            floors=np.full((size, per_group, b_r, b_c), floor) if clamp else None,
         )
 
     def work(buf: _BackwardTiles, item: tuple[int, int, int]) -> None:
         h0, h1, part = item
-        g = slice(h0, h1)
-        for t in range(part, n_tiles, parts):
-            j0, j1 = t * b_c, min(t * b_c + b_c, n_k)
-            # K_j^T and V_j^T laid out once per key block: they stay put while the inner loop
+        g, n_g = slice(h0, h1), h1 - h0
+        for t, count in key_groups[part::parts]:
+            j0 = t * b_c
+            w = min(b_c, n_k - j0)  # the key blocks' width (whole blocks when count > 1)
+            j1 = j0 + count * w
+            # K_j^T and V_j^T laid out once per key group: they stay put while the inner loop
             # streams the query blocks past them
-            kt, vt = buf.kt[: h1 - h0, :, : j1 - j0], buf.vt[: h1 - h0, :, : j1 - j0]
-            kt[:, :d] = p.k[g, j0:j1].swapaxes(-1, -2)
-            vt[:, :d_v] = p.v[g, j0:j1].swapaxes(-1, -2)
-            dk_j, dv_j = dk[g, j0:j1], dv[g, j0:j1]
+            kt, vt = buf.kt[:n_g, :count, :, :w], buf.vt[:n_g, :count, :, :w]
+            kt[:, :, :d] = p.k[g, j0:j1].reshape(n_g, count, w, d).swapaxes(-1, -2)
+            vt[:, :, :d_v] = p.v[g, j0:j1].reshape(n_g, count, w, d_v).swapaxes(-1, -2)
+            dk_j = dk[g, j0:j1].reshape(n_g, count, w, d)
+            dv_j = dv[g, j0:j1].reshape(n_g, count, w, d_v)
             dk_j.fill(0)
             dv_j.fill(0)
-            _backward_key_block(
-                q_aug[g], do_aug[g], q[g], do[g], kt, vt, k[g, j0:j1],
+            _backward_key_group(
+                q_aug[g], do_aug[g], q[g], do[g], kt, vt, k[g, j0:j1].reshape(n_g, count, w, d),
                 dq_parts[part][g], dk_j, dv_j, j0, block_q, p.offset, p.mask, g, buf,
                 floor if clamp else None, exp, p.lo,
                 None if p.key_lengths is None else p.key_lengths[g],

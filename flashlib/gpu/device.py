@@ -11,10 +11,12 @@ Three cases (:func:`capabilities`):
   tensors, at small sizes: every program of the launch grid runs one after another, in numpy.
 
 The interpreter must be chosen before ``@triton.jit`` wraps a kernel (Triton reads
-``TRITON_INTERPRET`` then), so :func:`configure_triton` runs when ``flashlib.gpu`` is imported,
-before any kernel module: it sets ``TRITON_INTERPRET=1`` when the kernels cannot be compiled
-here, and leaves a value the user set alone.  Set it yourself (before importing triton or
-flashlib.gpu) to run the interpreter on a GPU machine.
+``TRITON_INTERPRET`` then, and ``import triton`` already wraps the functions of
+``triton.language`` written in Triton, such as ``tl.zeros``), so :func:`configure_triton` runs
+when ``flashlib.gpu`` is imported, before triton and any kernel module: it sets
+``TRITON_INTERPRET=1`` when the kernels cannot be compiled here, and leaves a value the user
+set alone.  Set it yourself (before importing triton or flashlib.gpu) to run the interpreter
+on a GPU machine.
 
 Nothing here imports triton or flash_attn (their versions come from the installed packages'
 metadata); torch is imported only when installed.
@@ -279,8 +281,9 @@ def configure_triton() -> Capabilities:
 def require_kernels() -> Capabilities:
     """The capabilities, or :class:`GPUUnavailable` saying plainly why the Triton kernels cannot
     run here: missing packages, compiled kernels without a GPU, or triton imported before
-    ``TRITON_INTERPRET`` was set (Triton builds its own library functions, ``tl.zeros``,
-    ``tl.max``..., for one mode when it is first imported)."""
+    ``TRITON_INTERPRET`` was set (Triton reads it when ``@triton.jit`` decorates a function,
+    and ``triton.language`` decorates its own functions written in Triton, ``tl.zeros``,
+    ``tl.max``..., when it is first imported)."""
     caps = capabilities()
     if not caps.triton:
         raise GPUUnavailable(" ".join(caps.notes[:1]) or "the Triton kernels cannot run here")

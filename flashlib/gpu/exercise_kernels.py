@@ -1,22 +1,18 @@
-"""The forward kernel with its three steps as pluggable functions, for the chapter's exercises.
+"""The starting points of the GPU chapter's exercises, and a probe for one of them.
 
-:func:`exercise_forward_kernel` is :func:`flashlib.gpu.kernels.flash2_forward_kernel` cut
-into the pieces a reader writes, each a ``@triton.jit`` function passed in as a ``tl.constexpr``
-argument (Triton inlines it):
+The exercises ask for the three helpers that :func:`flashlib.gpu.kernels.flash2_forward_kernel`
+calls (:func:`~flashlib.gpu.kernels.key_end`, :func:`~flashlib.gpu.kernels.visible_keys`,
+:func:`~flashlib.gpu.kernels.online_softmax_step`); the checkers
+(``flashlib.book.exercises.gpu``) run a reader's piece inside that same kernel
+(:func:`flashlib.gpu.kernels.kernel_with`), so the kernel is written once, in
+:mod:`flashlib.gpu.kernels`.  What stays here:
 
-- ``KEY_END(i, B_r, N_K, CAUSAL)``: where the loop over key blocks stops (causal tile
-  skipping): :func:`key_end`;
-- ``VISIBLE(rows, cols, N_K, CAUSAL)``: which scores of the tile are real keys the row may see
-  (the boundary and causal masks): :func:`visible_keys`;
-- ``STEP(S_ij, V_j, m_i, l_i, acc)``: the online softmax update of one tile (the inner loop's
-  body): :func:`online_softmax_step`.
-
-Each piece assigns and ends in a single ``return`` (the form the kernels' own ``hi`` uses, which
-compiled Triton accepts whatever the constexpr branch).  The kernel also counts the key tiles
-each program visits (``Visits``), so a checker can tell skipped tiles from wasted ones.
-Tensors are contiguous (B*H, N, D) with D a power of two, and float32 products are exact
-(``input_precision="ieee"``).  :func:`run_exercise_kernel` launches it from numpy arrays;
-``flashlib.book.exercises.gpu`` checks a reader's pieces with it.
+- the starting points the chapter shows: :func:`key_end_all_tiles` (correct, but visits every
+  key tile) and :func:`visible_keys_with_bug` (a boundary mask with a bug);
+- probes: four-line kernels that run one helper on given inputs and store what it returns,
+  so that a checker can look at a reader's piece on its own: :func:`key_ends` (where each
+  program's loop would stop), :func:`visible_block` (one tile's mask) and :func:`step_once`
+  (one step of the online softmax from a given state).
 """
 
 from __future__ import annotations
@@ -26,42 +22,12 @@ import torch
 import triton
 import triton.language as tl
 
-from flashlib.core.constants import LOG2E
 from flashlib.gpu.device import require_kernels
 from flashlib.gpu.grid import cdiv
+from flashlib.gpu.kernels import kernel_with, key_end, online_softmax_step, visible_keys
 
-__all__ = ["key_end", "visible_keys", "online_softmax_step", "key_end_all_tiles",
-           "visible_keys_with_bug", "exercise_forward_kernel", "run_exercise_kernel"]
-
-
-@triton.jit
-def key_end(i, B_r, N_K, CAUSAL: tl.constexpr):
-    """Where the loop over keys stops for the query block starting at row i."""
-    end = N_K
-    if CAUSAL:  # rows i .. i + B_r - 1 see no key after i + B_r - 1
-        end = tl.minimum(N_K, i + B_r)
-    return end
-
-
-@triton.jit
-def visible_keys(rows, cols, N_K, CAUSAL: tl.constexpr):
-    """(B_r, B_c): True where query row ``rows[r]`` may see key ``cols[c]``."""
-    visible = cols[None, :] < N_K  # the last tile runs past the end of the keys
-    if CAUSAL:
-        visible = visible & (cols[None, :] <= rows[:, None])
-    return visible
-
-
-@triton.jit
-def online_softmax_step(S_ij, V_j, m_i, l_i, acc):
-    """One tile of the online softmax: S_ij (B_r, B_c) base-2 scores (-inf where hidden),
-    V_j (B_c, D); m_i, l_i (B_r,) and acc (B_r, D) in float32 -> their values after it."""
-    m_new = tl.maximum(m_i, tl.max(S_ij, 1))
-    P_ij = tl.exp2(S_ij - m_new[:, None])
-    alpha = tl.exp2(m_i - m_new)
-    l_i = alpha * l_i + tl.sum(P_ij, 1)
-    acc = alpha[:, None] * acc + tl.dot(P_ij.to(V_j.dtype), V_j, input_precision="ieee")
-    return m_new, l_i, acc
+__all__ = ["key_end_all_tiles", "visible_keys_with_bug", "key_end_probe", "key_ends",
+           "visible_probe", "visible_block", "step_probe", "step_once"]
 
 
 @triton.jit
@@ -80,54 +46,72 @@ def visible_keys_with_bug(rows, cols, N_K, CAUSAL: tl.constexpr):
 
 
 @triton.jit
-def exercise_forward_kernel(
-    Q, K, V, O, Visits, N_Q, N_K, qk_scale,  # Q, O: (B*H, N_Q, D); K, V: (B*H, N_K, D)
-    B_r: tl.constexpr, B_c: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr,
-    KEY_END: tl.constexpr, VISIBLE: tl.constexpr, STEP: tl.constexpr,
-):
-    i = tl.program_id(0) * B_r
-    bh = tl.program_id(1)
-    rows = i + tl.arange(0, B_r)
-    dims = tl.arange(0, D)
-    Q_i = tl.load(Q + (bh * N_Q + rows[:, None]) * D + dims[None, :],
-                  mask=rows[:, None] < N_Q, other=0.0)
-    m_i = tl.full([B_r], float("-inf"), tl.float32)
-    l_i = tl.zeros([B_r], tl.float32)
-    acc = tl.zeros([B_r, D], tl.float32)
-    visits = 0
-    for j in range(0, KEY_END(i, B_r, N_K, CAUSAL), B_c):
-        cols = j + tl.arange(0, B_c)
-        K_j = tl.load(K + (bh * N_K + cols[:, None]) * D + dims[None, :],
-                      mask=cols[:, None] < N_K, other=0.0)
-        V_j = tl.load(V + (bh * N_K + cols[:, None]) * D + dims[None, :],
-                      mask=cols[:, None] < N_K, other=0.0)
-        S_ij = tl.dot(Q_i, tl.trans(K_j), input_precision="ieee") * qk_scale
-        S_ij = tl.where(VISIBLE(rows, cols, N_K, CAUSAL), S_ij, float("-inf"))
-        m_i, l_i, acc = STEP(S_ij, V_j, m_i, l_i, acc)
-        visits += 1
-    tl.store(O + (bh * N_Q + rows[:, None]) * D + dims[None, :],
-             (acc / l_i[:, None]).to(O.dtype.element_ty), mask=rows[:, None] < N_Q)
-    tl.store(Visits + bh * tl.num_programs(0) + tl.program_id(0), visits)
+def key_end_probe(Ends, N_K, B_r: tl.constexpr, CAUSAL: tl.constexpr):
+    """Program p stores key_end(p * B_r, B_r, N_K, CAUSAL): where its loop would stop (the
+    library's key_end, or the one :func:`key_ends` puts in its place)."""
+    p = tl.program_id(0)
+    tl.store(Ends + p, key_end(p * B_r, B_r, N_K, CAUSAL))
 
 
-def run_exercise_kernel(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = False,
-                        blocks: tuple[int, int] = (16, 16), key_end_fn=None, visible_fn=None,
-                        step_fn=None) -> tuple[np.ndarray, np.ndarray]:
-    """Launch :func:`exercise_forward_kernel` with these pieces (the reference ones where None).
-
-    q: (BH, n_q, D), k, v: (BH, n_k, D) float16 or float32 numpy arrays, D a power of two
-    >= 16 -> o: (BH, n_q, D) in q's dtype, and visits: (BH, ceil(n_q / B_r)) int32, the key
-    tiles each program visited.  Scale 1/sqrt(D).
-    """
+def key_ends(n_q: int, n_k: int, B_r: int, causal: bool, key_end_fn=None) -> list[int]:
+    """Where each of the ceil(n_q / B_r) programs' loops over keys stops with ``key_end_fn``
+    (a ``@triton.jit`` function ``key_end(i, B_r, N_K, CAUSAL)``; the library's when None)."""
     caps = require_kernels()
-    tq, tk, tv = (torch.from_numpy(np.ascontiguousarray(x)).to(caps.device) for x in (q, k, v))
-    BH, N_Q, D = tq.shape
-    N_K = tk.shape[1]
-    B_r, B_c = blocks
-    o = torch.empty_like(tq)
-    visits = torch.zeros((BH, cdiv(N_Q, B_r)), dtype=torch.int32, device=tq.device)
-    exercise_forward_kernel[(cdiv(N_Q, B_r), BH)](
-        tq, tk, tv, o, visits, N_Q, N_K, LOG2E / float(np.sqrt(D)),
-        B_r=B_r, B_c=B_c, D=D, CAUSAL=bool(causal), KEY_END=key_end_fn or key_end,
-        VISIBLE=visible_fn or visible_keys, STEP=step_fn or online_softmax_step)
-    return o.cpu().numpy(), visits.cpu().numpy()
+    ends = torch.full((cdiv(n_q, B_r),), -1, dtype=torch.int32, device=caps.device)
+    probe = kernel_with(key_end_probe, key_end=key_end_fn) if key_end_fn else key_end_probe
+    probe[(len(ends),)](
+        ends, n_k, B_r=B_r, CAUSAL=bool(causal))
+    return ends.cpu().tolist()
+
+
+@triton.jit
+def visible_probe(Out, i, j, N_K, B_r: tl.constexpr, B_c: tl.constexpr, CAUSAL: tl.constexpr):
+    """Store visible_keys(rows, cols, N_K, CAUSAL) for rows i .. i + B_r - 1 and keys
+    j .. j + B_c - 1, as int8, row-major (B_r, B_c)."""
+    rows = i + tl.arange(0, B_r)
+    cols = j + tl.arange(0, B_c)
+    seen = visible_keys(rows, cols, N_K, CAUSAL)
+    tl.store(Out + tl.arange(0, B_r)[:, None] * B_c + tl.arange(0, B_c)[None, :],
+             seen.to(tl.int8))
+
+
+def visible_block(i: int, j: int, B_r: int, B_c: int, n_k: int, causal: bool,
+                  visible_fn=None) -> np.ndarray:
+    """(B_r, B_c) bool: ``visible_fn`` (or the library's visible_keys) on the tile of rows
+    i .. i + B_r - 1 and keys j .. j + B_c - 1."""
+    caps = require_kernels()
+    out = torch.full((B_r, B_c), -1, dtype=torch.int8, device=caps.device)
+    probe = kernel_with(visible_probe, visible_keys=visible_fn) if visible_fn else visible_probe
+    probe[(1,)](out, i, j, n_k, B_r=B_r, B_c=B_c, CAUSAL=bool(causal))
+    return out.cpu().numpy().astype(bool)
+
+
+@triton.jit
+def step_probe(S, V, M, L, ACC, M_out, L_out, ACC_out,
+               B_r: tl.constexpr, B_c: tl.constexpr, D: tl.constexpr):
+    """Load a tile S (B_r, B_c), V (B_c, D) and a state m (B_r,), l (B_r,), acc (B_r, D); run
+    online_softmax_step once (exact float32 products) and store the new state."""
+    r, c, e = tl.arange(0, B_r), tl.arange(0, B_c), tl.arange(0, D)
+    S_ij = tl.load(S + r[:, None] * B_c + c[None, :])
+    V_j = tl.load(V + c[:, None] * D + e[None, :])
+    m_i, l_i = tl.load(M + r), tl.load(L + r)
+    acc = tl.load(ACC + r[:, None] * D + e[None, :])
+    m_i, l_i, acc = online_softmax_step(S_ij, V_j, m_i, l_i, acc, "ieee")
+    tl.store(M_out + r, m_i)
+    tl.store(L_out + r, l_i)
+    tl.store(ACC_out + r[:, None] * D + e[None, :], acc)
+
+
+def step_once(S: np.ndarray, V: np.ndarray, m: np.ndarray, l: np.ndarray, acc: np.ndarray,
+              step_fn=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``step_fn`` (or the library's online_softmax_step) once, on float32 numpy inputs: S
+    (B_r, B_c) base-2 scores, V (B_c, D), m, l (B_r,), acc (B_r, D) -> (m, l, acc)."""
+    caps = require_kernels()
+    B_r, B_c = S.shape
+    D = V.shape[1]
+    ins = [torch.from_numpy(np.ascontiguousarray(x, np.float32)).to(caps.device)
+           for x in (S, V, m, l, acc)]
+    outs = [torch.full_like(x, float("nan")) for x in ins[2:]]
+    probe = kernel_with(step_probe, online_softmax_step=step_fn) if step_fn else step_probe
+    probe[(1,)](*ins, *outs, B_r=B_r, B_c=B_c, D=D)
+    return tuple(x.cpu().numpy() for x in outs)

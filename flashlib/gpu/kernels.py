@@ -8,6 +8,13 @@ program runs the inner loop over key blocks on its own.  A program works on whol
 multiplies two blocks on the tensor cores, and ``m_i``, ``l_i`` and ``acc`` live in registers
 for the whole loop.  Comments give the numpy line each kernel line implements.
 
+The forward kernel calls three small ``@triton.jit`` helpers, the pieces the GPU chapter's
+exercises ask for: :func:`key_end` (where the loop over key tiles stops: causal tile skipping),
+:func:`visible_keys` (the boundary and causal mask of a tile) and :func:`online_softmax_step`
+(the loop's body).  Triton inlines them.  :func:`kernel_with` makes the same kernel with other
+helpers in their place: the chapter's checkers run a reader's piece inside the library kernel,
+so the kernel is written once.
+
 Layout: every tensor is a stack of heads, (B*H, N, d), addressed through a head stride and a
 row stride (the last axis is contiguous); :mod:`flashlib.gpu.triton_attention` launches them.
 Scores are kept in base 2: the scale is multiplied by log2(e) once (``qk_scale``), so that
@@ -15,11 +22,15 @@ Scores are kept in base 2: the scale is multiplied by log2(e) once (``qk_scale``
 :func:`flashlib.flash_attention`'s, and converted back to base 2 where the backward reads it.
 
 The package sets ``TRITON_INTERPRET=1`` before this module is imported when no CUDA GPU is
-present (:func:`flashlib.gpu.device.configure_triton`): then ``@triton.jit`` makes Python
-functions that run on CPU tensors, one program after another, in numpy.
+present (:func:`flashlib.gpu.device.configure_triton`).  Triton reads it when ``@triton.jit``
+decorates a function, that is when this module is imported: the kernels below then become
+Python functions that run on CPU tensors, one program after another, in numpy.
 """
 
 from __future__ import annotations
+
+import types
+from typing import Any
 
 import triton
 import triton.language as tl
@@ -30,8 +41,41 @@ from flashlib.core.constants import LN2, LOG2E
 _LN2 = tl.constexpr(LN2)
 _LOG2E = tl.constexpr(LOG2E)
 
-__all__ = ["flash2_forward_kernel", "flash2_backward_dkdv_kernel", "flash2_backward_dq_kernel",
+__all__ = ["key_end", "visible_keys", "online_softmax_step", "flash2_forward_kernel",
+           "flash2_backward_dkdv_kernel", "flash2_backward_dq_kernel", "kernel_with",
            "interpreted"]
+
+
+@triton.jit
+def key_end(i, B_r, N_K, CAUSAL: tl.constexpr):
+    """Where the loop over key tiles stops (exclusive) for the query block of rows
+    i .. i + B_r - 1: N_K, or with a causal mask the first key no row of the block sees."""
+    end = N_K
+    if CAUSAL:  # row r sees keys 0 .. r; the block's last row is i + B_r - 1
+        end = tl.minimum(N_K, i + B_r)
+    return end
+
+
+@triton.jit
+def visible_keys(rows, cols, N_K, CAUSAL: tl.constexpr):
+    """(B_r, B_c): True where query row ``rows[r]`` may see key ``cols[c]``."""
+    visible = cols[None, :] < N_K  # the last tile runs past the end of the keys
+    if CAUSAL:
+        visible = visible & (cols[None, :] <= rows[:, None])
+    return visible
+
+
+@triton.jit
+def online_softmax_step(S_ij, V_j, m_i, l_i, acc, PRECISION: tl.constexpr):
+    """One key tile of the online softmax.  S_ij (B_r, B_c): scores in base 2, -inf where
+    hidden; V_j (B_c, D); m_i, l_i (B_r,), acc (B_r, D), float32 -> their values after it."""
+    m_new = tl.maximum(m_i, tl.max(S_ij, 1))  # np.maximum(m_i, S_ij.max(axis=1))
+    P_ij = tl.exp2(S_ij - m_new[:, None])  # np.exp(S_ij - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)  # np.exp(m_i - m_new)
+    l_i = alpha * l_i + tl.sum(P_ij, 1)  # alpha * l_i + P_ij.sum(axis=1)
+    acc = alpha[:, None] * acc + tl.dot(P_ij.to(V_j.dtype), V_j,
+                                        input_precision=PRECISION)  # ... + P_ij @ V_j
+    return m_new, l_i, acc
 
 
 @triton.jit
@@ -52,10 +96,7 @@ def flash2_forward_kernel(
     m_i = tl.full([B_r], float("-inf"), tl.float32)  # m_i = np.full(B_r, -np.inf)
     l_i = tl.zeros([B_r], tl.float32)  # l_i = np.zeros(B_r)
     acc = tl.zeros([B_r, D], tl.float32)  # O_i = np.zeros((B_r, d)), unnormalised
-    hi = N_K  # `for j in range(0, N_k, B_c)` ...
-    if CAUSAL:  # ... but no key after the block's last row: skip the tiles above the diagonal
-        hi = tl.minimum(N_K, i + B_r)
-    for j in range(0, hi, B_c):
+    for j in range(0, key_end(i, B_r, N_K, CAUSAL), B_c):  # causal: skip tiles above diagonal
         cols = j + tl.arange(0, B_c)  # (B_c,): the keys j .. j + B_c - 1
         kv_mask = (cols[:, None] < N_K) & dim_ok[None, :]
         K_j = tl.load(K + bh * stride_kh + cols[:, None] * stride_kn + dims[None, :],
@@ -63,17 +104,8 @@ def flash2_forward_kernel(
         V_j = tl.load(V + bh * stride_vh + cols[:, None] * stride_vn + dims[None, :],
                       mask=kv_mask, other=0.0)  # V[j : j + B_c]
         S_ij = tl.dot(Q_i, tl.trans(K_j), input_precision=PRECISION) * qk_scale  # (B_r, B_c)
-        visible = cols[None, :] < N_K  # keys past the end are not keys: score -inf
-        if CAUSAL:
-            visible = visible & (cols[None, :] <= rows[:, None])
-        S_ij = tl.where(visible, S_ij, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(S_ij, 1))  # np.maximum(m_i, S_ij.max(axis=1))
-        P_ij = tl.exp2(S_ij - m_new[:, None])  # np.exp(S_ij - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)  # np.exp(m_i - m_new)
-        l_i = alpha * l_i + tl.sum(P_ij, 1)  # alpha * l_i + P_ij.sum(axis=1)
-        acc = alpha[:, None] * acc + tl.dot(P_ij.to(V_j.dtype), V_j,
-                                            input_precision=PRECISION)  # ... + P_ij @ V_j
-        m_i = m_new
+        S_ij = tl.where(visible_keys(rows, cols, N_K, CAUSAL), S_ij, float("-inf"))
+        m_i, l_i, acc = online_softmax_step(S_ij, V_j, m_i, l_i, acc, PRECISION)
     O_i = acc / l_i[:, None]  # O_i / l_i[:, None]: the one division, at the end
     tl.store(O + bh * stride_oh + rows[:, None] * stride_on + dims[None, :],
              O_i.to(O.dtype.element_ty), mask=row_ok[:, None] & dim_ok[None, :])
@@ -155,10 +187,7 @@ def flash2_backward_dq_kernel(
     L_i = tl.load(L + bh * N_Q + rows, mask=row_ok, other=0.0) * _LOG2E
     D_i = tl.load(Delta + bh * N_Q + rows, mask=row_ok, other=0.0)
     dQ_i = tl.zeros([B_r, D], tl.float32)
-    hi = N_K
-    if CAUSAL:
-        hi = tl.minimum(N_K, i + B_r)
-    for j in range(0, hi, B_c):
+    for j in range(0, key_end(i, B_r, N_K, CAUSAL), B_c):  # the forward's key tiles
         cols = j + tl.arange(0, B_c)
         col_ok = cols < N_K
         kv_mask = col_ok[:, None] & dim_ok[None, :]
@@ -182,3 +211,25 @@ def interpreted() -> bool:
     """Whether these kernels run in Triton's interpreter (TRITON_INTERPRET=1 when they were
     defined) rather than compiled for a GPU."""
     return type(flash2_forward_kernel).__name__ == "InterpretedFunction"
+
+
+_variants: dict[tuple, Any] = {}
+
+
+def kernel_with(kernel: Any, **helpers: Any) -> Any:
+    """``kernel`` (a ``@triton.jit`` function of this module) with the ``@triton.jit`` helpers it
+    calls by these names replaced, e.g. ``kernel_with(flash2_forward_kernel,
+    online_softmax_step=mine)``: the same code, compiled (or interpreted) with other globals.
+    Cached per kernel and helpers, so a compiled variant is compiled once."""
+    fn = kernel.fn
+    unknown = sorted(set(helpers) - set(fn.__code__.co_names))
+    if unknown:
+        raise ValueError(f"{fn.__name__} calls no helper named {', '.join(unknown)}")
+    key = (fn, *sorted((name, id(h)) for name, h in helpers.items()))
+    if key not in _variants:
+        variant = types.FunctionType(fn.__code__, {**fn.__globals__, **helpers}, fn.__name__,
+                                     fn.__defaults__, fn.__closure__)
+        variant.__qualname__, variant.__module__ = fn.__qualname__, fn.__module__
+        variant.__doc__ = fn.__doc__
+        _variants[key] = (triton.jit(variant), helpers)  # the helpers kept alive with their id
+    return _variants[key][0]

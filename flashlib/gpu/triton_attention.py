@@ -112,7 +112,8 @@ def _launch(kernel, grid, args, key: tuple, caps: Capabilities, d: int, dtype_na
             if n == len(tries) - 1:
                 raise
             continue
-        _working.setdefault(key, cfg)
+        if not blocks:  # blocks asked for are not the default's: remember only a default
+            _working.setdefault(key, cfg)
         return
 
 
@@ -123,10 +124,12 @@ def _precision(dtype: torch.dtype, precision: str) -> str:
 
 
 def forward(q, k, v, causal: bool, scale: float, precision: str = "ieee",
-            blocks: tuple[int, int] | None = None,
-            caps: Capabilities | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+            blocks: tuple[int, int] | None = None, caps: Capabilities | None = None,
+            helpers: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The forward kernel on checked (B*H, n, d) tensors -> o (B*H, n_q, d) and the natural
-    logsumexp L (B*H, n_q), float32."""
+    logsumexp L (B*H, n_q), float32.  ``helpers``: ``@triton.jit`` functions to put in place
+    of the kernel's own, by name (:func:`flashlib.gpu.kernels.kernel_with`; the GPU chapter's
+    checkers run a reader's piece so)."""
     caps = caps or require_kernels()
     BH, N_Q, d = q.shape
     N_K = k.shape[1]
@@ -135,7 +138,10 @@ def forward(q, k, v, causal: bool, scale: float, precision: str = "ieee",
     name = _DTYPE_NAMES[q.dtype]
     args = (q, k, v, o, L, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
             v.stride(0), v.stride(1), o.stride(0), o.stride(1), N_Q, N_K, d, scale * LOG2E)
-    _launch(kernels.flash2_forward_kernel, lambda cfg: (cdiv(N_Q, cfg.B_r), BH), args,
+    kernel = kernels.flash2_forward_kernel
+    if helpers:
+        kernel = kernels.kernel_with(kernel, **helpers)
+    _launch(kernel, lambda cfg: (cdiv(N_Q, cfg.B_r), BH), args,
             ("fwd", d, name, causal), caps, d, name, blocks, causal,
             _precision(q.dtype, precision))
     return o, L

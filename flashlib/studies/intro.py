@@ -1,11 +1,17 @@
-"""The introduction's measurements: the (n, n) score matrix of naive attention, and how
-much memory naive and flash attention really allocate.
+"""The introduction's measurements: the (n, n) score matrix of naive attention, how much
+memory naive and flash attention really allocate, and what their traffic and FLOPs cost on a
+GPU.
 
 numpy reports its array allocations to :mod:`tracemalloc`, so the peak traced memory while a
 function runs (:func:`flashlib.core.measure.measure_peak`) is the memory its arrays needed.
 The chapters use this to watch naive attention's (n, n) score matrix grow 4x per doubling of
 ``n`` (``S``, overwritten in place by the probabilities ``P``) and flash attention's workspace
 grow only linearly.
+
+:func:`attention_times` is the introduction's model of why FlashAttention is faster: the
+seconds a forward pass spends on its HBM traffic (the IO model's exact counts,
+:func:`flashlib.studies.io_model.traffic`) and on its matrix products, on a cited GPU
+(:data:`flashlib.studies.io_model.GPUS`).
 """
 
 from __future__ import annotations
@@ -16,8 +22,11 @@ import numpy as np
 
 from flashlib.core.checks import check_block, check_float_dtype, check_int
 from flashlib.core.measure import measure_peak
+from flashlib.studies.io_model import GPU, attention_flops, traffic
 
 __all__ = [
+    "A100_SHARED_MEMORY",
+    "attention_times",
     "score_matrix_bytes",
     "random_qkv",
     "naive_attention_memory",
@@ -73,3 +82,29 @@ def flash_attention_memory(n: int, d: int = 64, dtype: Any = np.float32, block: 
     q, k, v = random_qkv(n, d, dtype, seed=seed)
     out, peak = measure_peak(flash_attention, q, k, v, block_q=block, block_k=block)
     return max(peak - out.nbytes, 0)
+
+
+#: The most shared memory one A100 SM can give a kernel, bytes: 164 KB (NVIDIA's Ampere
+#: tuning guide). The 192 KB per SM that the FlashAttention paper calls SRAM is the L1 cache
+#: and the shared memory together.
+A100_SHARED_MEMORY = 164 * 1024
+
+
+def attention_times(n: int, d: int, gpu: GPU, *, B: int, itemsize: int = 2
+                    ) -> dict[str, dict[str, float]]:
+    """Seconds one head's forward pass spends on each of its two terms on ``gpu``: n queries
+    and keys of head dimension d, ``itemsize`` bytes per number (2: float16, the format of
+    the GPU's matmul peak).
+
+    "standard" is Algorithm 0, "flash" FlashAttention-2's loop order with B_r = B_c = B.
+    "memory": bytes moved to and from HBM over the HBM bandwidth; "compute": the matmul
+    FLOPs over the peak. A kernel needs at least the larger of its two terms.
+    """
+    n, d = check_int(n, "n", minimum=1), check_int(d, "d", minimum=1)
+    B, itemsize = check_int(B, "B", minimum=1), check_int(itemsize, "itemsize", minimum=1)
+    flops = attention_flops(n, n, d)  # 4 n^2 d: Q K^T and P V
+    moved = {"standard": traffic("standard", n, n, d),  # elements
+             "flash": traffic("v2", n, n, d, B_r=B, B_c=B)}
+    return {name: {"memory": t.total * itemsize / gpu.bandwidth,
+                   "compute": flops / gpu.matmul_flops}
+            for name, t in moved.items()}

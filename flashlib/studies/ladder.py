@@ -33,13 +33,17 @@ rung  function                    trick (GPU counterpart)
  8    :func:`rung8_no_cliff`      no large-logit cliff: scores that could make exp2 or the
                                   matmuls meet subnormal numbers are clamped at 2**-63, and a
                                   row sum that grew too large moves m_i up by a power of two
-                                  instead of redoing the tile (GPUs flush subnormals to zero in
-                                  hardware, so their kernels never meet this cliff)
+                                  instead of redoing the tile (on a GPU, flushing subnormal
+                                  results to zero is a compiler option: nvcc's -ftz=true,
+                                  implied by --use_fast_math)
  9    :func:`flashlib.flash_attention`  the library version: rung 8 keeping only one O(n d)
                                   copy (of K; row sums as s @ 1 instead of a ones column in
                                   V), skipping hidden causal tiles, masking only the diagonal
                                   ones after the exponential (FlashAttention-2's causal tile
-                                  skipping), heads in cache-sized groups
+                                  skipping), groups of query blocks and heads per numpy call,
+                                  each tile's products BLAS calls of the size the library runs
+                                  fastest, and no running maximum at all where a bound on the
+                                  scores says exp2 cannot overflow
 ====  ==========================  ===========================================================
 
 and, timed apart (with the wall clock: the process CPU time adds up the threads' times),
@@ -49,6 +53,12 @@ and, timed apart (with the wall clock: the process CPU time adds up the threads'
                                   threads (FlashAttention-2's parallelism over the sequence:
                                   thread blocks over (head, query block))
 ====  ==========================  ===========================================================
+
+The chapter shows three rungs instead, written in the style of
+:func:`flashlib.algorithms.flash2_forward` so that each reads as a diff from it
+(:data:`CHAPTER_RUNGS`): :func:`flash2_per_head` (rung 0), :func:`flash2_heads` (every head at
+once, base 2) and :func:`flash2_in_matmul` (the row sum and a stale maximum inside the
+matmuls); the library is its rung 3 and rung 10 above its rung 4.
 
 The rungs take no explicit ``mask`` (the library's :func:`flashlib.flash_attention` does);
 ``causal`` rungs before rung 9 apply the causal mask to every tile, skipping none.
@@ -70,6 +80,11 @@ from flashlib.fast.forward import STALE_LIMIT, flash_attention, run_forward
 from flashlib.fast.tiles import transposed_tiles
 
 __all__ = [
+    "CHAPTER_RUNGS",
+    "flash2_heads",
+    "flash2_in_matmul",
+    "flash2_per_head",
+    "ones_column",
     "naive_inplace",
     "rung0_plain",
     "rung1_exp2",
@@ -580,3 +595,112 @@ RUNGS: list[tuple[str, Callable[..., np.ndarray]]] = [
 #: The rung timed apart, with the wall clock: rung 9 on every core.  Same signature, plus
 #: ``workers`` (default: every core).
 THREADS_RUNG: tuple[str, Callable[..., np.ndarray]] = ("10 threads", rung10_threads)
+
+
+# --- the chapter's rungs: flash2_forward, then the two changes that clearly gain -------------
+#
+# The chapter shows these as diffs from flashlib.algorithms.flash2_forward (same names, same
+# shape of loop), and times them beside it; the eleven rungs above stay for
+# ``python -m flashlib.bench ladder``, which times every small step.
+
+
+def flash2_per_head(
+    Q: np.ndarray, K: np.ndarray, V: np.ndarray, B_r: int, B_c: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`flashlib.algorithms.flash2_forward` on each head of a stack in turn (the
+    chapter's rung 0).  Q: (H, N_q, d), K: (H, N_k, d), V: (H, N_k, d_v) -> O: (H, N_q, d_v),
+    L: (H, N_q)."""
+    from flashlib.algorithms import flash2_forward
+
+    outs = [flash2_forward(Q[h], K[h], V[h], B_r, B_c) for h in range(len(Q))]
+    return np.stack([o for o, _ in outs]), np.stack([lse for _, lse in outs])
+
+
+def ones_column(x: np.ndarray) -> np.ndarray:
+    """[x | 1]: x (..., n, c) with a last column of ones, (..., n, c + 1), in x's dtype."""
+    return _with_ones(x, x.dtype)
+
+
+def flash2_heads(
+    Q: np.ndarray, K: np.ndarray, V: np.ndarray, B_r: int, B_c: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """flash2_forward for every head at once, in base 2 (the chapter's rung 1).
+
+    Q: (H, N_q, d), K: (H, N_k, d), V: (H, N_k, d_v) -> O: (H, N_q, d_v)
+    and L: (H, N_q), natural log as flash2_forward's.
+    """
+    N_q, N_k, d_v = Q.shape[-2], K.shape[-2], V.shape[-1]
+    scale = 1 / math.sqrt(Q.shape[-1])  # tau
+    Q = Q * Q.dtype.type(scale * LOG2E)  # exp(x) = exp2(x log2 e)
+    O = np.empty_like(Q, shape=Q.shape[:-1] + (d_v,))  # (H, N_q, d_v)
+    L = np.empty_like(Q, shape=Q.shape[:-1])  # (H, N_q)
+    for i in range(0, N_q, B_r):  # outer loop over query blocks
+        Q_i = Q[:, i : i + B_r]  # load Q_i of every head: (H, B_r, d)
+        O_i = np.zeros(Q_i.shape[:-1] + (d_v,), Q.dtype)
+        l_i = np.zeros(Q_i.shape[:-1], Q.dtype)  # (H, B_r)
+        m_i = np.full(Q_i.shape[:-1], -np.inf, Q.dtype)  # (H, B_r)
+        for j in range(0, N_k, B_c):  # inner loop over key blocks
+            K_j, V_j = K[:, j : j + B_c], V[:, j : j + B_c]
+            S_ij = Q_i @ K_j.swapaxes(1, 2)  # (H, B_r, B_c), base 2
+            m_new = np.maximum(m_i, S_ij.max(axis=-1))  # (H, B_r)
+            P_ij = np.exp2(S_ij - m_new[..., None])
+            alpha = np.exp2(m_i - m_new)
+            l_i = alpha * l_i + P_ij.sum(axis=-1)
+            O_i = alpha[..., None] * O_i + P_ij @ V_j
+            m_i = m_new
+        O[:, i : i + B_r] = O_i / l_i[..., None]
+        L[:, i : i + B_r] = (m_i + np.log2(l_i)) / LOG2E
+    return O, L
+
+
+def flash2_in_matmul(
+    Q: np.ndarray, K: np.ndarray, V: np.ndarray, B_r: int, B_c: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """flash2_heads with the row sum and a stale maximum inside the
+    matmuls (the chapter's rung 2): [Q_i | -m_i] @ [K_j^T; 1] = S_ij - m_i
+    and P_ij @ [V_j | 1] = [P_ij V_j | rowsum], so one exp2 is all the
+    work left outside them.  m_i stays stale while every row sum stays
+    at most STALE_LIMIT; a tile past it (or the first tile of a block) is
+    done exactly, against its true maximum.
+
+    Q: (H, N_q, d), K: (H, N_k, d), V: (H, N_k, d_v) -> O: (H, N_q, d_v)
+    and L: (H, N_q), as flash2_heads.
+    """
+    N_q, N_k, d_v = Q.shape[-2], K.shape[-2], V.shape[-1]
+    scale = 1 / math.sqrt(Q.shape[-1])  # tau
+    Q = ones_column(Q * Q.dtype.type(scale * LOG2E))  # [Q | 1]
+    K = ones_column(K).swapaxes(1, 2).copy()  # [K^T; 1]: (H, d + 1, N_k)
+    V = ones_column(V)  # [V | 1]: (H, N_k, d_v + 1)
+    O = np.empty_like(Q, shape=Q.shape[:-1] + (d_v,))  # (H, N_q, d_v)
+    L = np.empty_like(Q, shape=Q.shape[:-1])  # (H, N_q)
+    for i in range(0, N_q, B_r):  # outer loop over query blocks
+        Q_i = Q[:, i : i + B_r].copy()  # [Q_i | -m_i]: (H, B_r, d + 1)
+        O_i = np.zeros(Q_i.shape[:-1] + (d_v + 1,), Q.dtype)  # [O_i | l_i]
+        m_i = np.full(Q_i.shape[:-1], -np.inf, Q.dtype)  # (H, B_r)
+        for j in range(0, N_k, B_c):  # inner loop over key blocks
+            K_j, V_j = K[..., j : j + B_c], V[:, j : j + B_c]
+            if np.isfinite(m_i).all():  # stale step: 2 matmuls, 1 exp2
+                with np.errstate(over="ignore", invalid="ignore"):
+                    PV = np.exp2(Q_i @ K_j) @ V_j  # [P_ij V_j | rowsum]
+                if (PV[..., -1] <= STALE_LIMIT).all():  # no overflow
+                    O_i += PV
+                    continue
+            S_ij = Q_i[..., :-1] @ K_j[:, :-1]  # exact step
+            m_new = np.maximum(m_i, S_ij.max(axis=-1))  # (H, B_r)
+            P_ij = np.exp2(S_ij - m_new[..., None])
+            O_i = np.exp2(m_i - m_new)[..., None] * O_i + P_ij @ V_j
+            m_i = m_new
+            Q_i[..., -1] = -m_i
+        l_i = O_i[..., -1]
+        O[:, i : i + B_r] = O_i[..., :-1] / l_i[..., None]
+        L[:, i : i + B_r] = (m_i + np.log2(l_i)) / LOG2E
+    return O, L
+
+
+#: The chapter's rungs in order, (label, function), each f(Q, K, V, B_r, B_c) -> (O, L);
+#: the library's flash_attention is the rung after them.
+CHAPTER_RUNGS: list[tuple[str, Callable[..., tuple[np.ndarray, np.ndarray]]]] = [
+    ("0 flash2_forward", flash2_per_head),
+    ("1 every head, exp2", flash2_heads),
+    ("2 work in the matmuls", flash2_in_matmul),
+]

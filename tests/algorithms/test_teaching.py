@@ -9,6 +9,7 @@ import ast
 import inspect
 import math
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from flashlib.algorithms import (
     grouped_query_attention,
     masked_flash_forward,
     merge_states,
+    online_attention_row,
     online_update,
     recompute_P,
     safe_softmax,
@@ -40,9 +42,9 @@ from tests.helpers import (
     torch_grads,
 )
 
-TEACHING = [safe_softmax, online_update, merge_states, standard_attention, flash1_forward,
-            flash2_forward, masked_flash_forward, standard_attention_backward, delta_from_O,
-            recompute_P, flash2_backward, two_pass_backward, split_kv_decode,
+TEACHING = [safe_softmax, online_update, online_attention_row, merge_states, standard_attention,
+            flash1_forward, flash2_forward, masked_flash_forward, standard_attention_backward,
+            delta_from_O, recompute_P, flash2_backward, two_pass_backward, split_kv_decode,
             grouped_query_attention]
 
 # (n_q, n_k, d, d_v, B_r, B_c)
@@ -143,6 +145,61 @@ def test_online_update_equals_library_and_two_pass(scale, rng):
     for value in x[0]:
         m0, l0 = online_update(m0, l0, value)
     assert m0 == lib.m[0] and abs(l0 - lib.l[0]) <= 1e-14 * lib.l[0]
+
+
+def _row_reference(s, v):
+    """softmax(s) @ v in float64, masked (-inf) keys weighing 0; 0 for a row with no key."""
+    s, v = np.asarray(s, np.float64), np.asarray(v, np.float64)
+    if np.all(np.isneginf(s)):
+        return np.zeros(v.shape[1])
+    p = np.exp(s - s.max())
+    return (p / p.sum()) @ v
+
+
+ROWS = {  # one query row's scores: the edge cases of the library's tests
+    "n1": np.array([3.0]),
+    "random": np.random.default_rng(1).standard_normal(37),
+    "all_very_negative": -800.0 - np.arange(9.0) % 4,
+    "huge": 1e4 + np.random.default_rng(2).standard_normal(20),
+    "first_masked": np.array([-np.inf, 0.5, -1.0, 2.0]),
+    "some_masked": np.where(np.arange(12) % 3 == 0, -np.inf, np.linspace(-2.0, 5.0, 12)),
+    "last_masked": np.array([1.0, 4.0, -np.inf]),
+    "all_masked": np.full(5, -np.inf),
+    "rising": np.arange(15.0) * 3.0,  # the maximum grows at every key
+}
+
+
+@pytest.mark.parametrize("case", list(ROWS))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_online_attention_row_equals_library_and_reference(case, dtype):
+    """The bridge of the online-softmax chapter: one row, key by key, equals the library's
+    partial state, finalised, and a float64 reference, without a warning, on n = 1, scores
+    near -800, huge scores and -inf (masked) keys, the first, some or all of them."""
+    s = ROWS[case].astype(dtype)
+    v = np.random.default_rng(3).standard_normal((len(s), 6)).astype(dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy RuntimeWarning, no NaN
+        got = online_attention_row(s, v)
+    assert got.shape == (6,) and got.dtype == dtype
+    ref = _row_reference(s, v)
+    lib = online.finalize_partial(online.partial_attention(s[None], v))[0]
+    tol = F64_TOL if dtype == np.float64 else _low_tol(np.float32, len(s))
+    assert max_err(got, ref) <= tol, max_err(got, ref)
+    assert max_err(got, lib) <= tol
+    if case == "all_masked":
+        np.testing.assert_array_equal(got, 0.0)
+
+
+@pytest.mark.parametrize("case", ["ragged_last_blocks", "one_query_many_keys", "blocks_1x1"])
+def test_online_attention_row_is_the_tiled_loop_per_row(case):
+    """Each row of flash2_forward (and of the library) is online_attention_row over that row's
+    scaled scores."""
+    shape = SHAPES[case]
+    q, k, v, _ = _qkv(shape, logit=30.0)
+    o2, _ = flash2_forward(q, k, v, *shape[4:])
+    s = q @ k.T / math.sqrt(q.shape[1])
+    rows = np.stack([online_attention_row(s_r, v) for s_r in s])
+    assert max_err(rows, o2) <= F64_TOL
 
 
 @pytest.mark.parametrize("shift", [0.0, 4.0, 300.0])

@@ -40,3 +40,12 @@ def test_precision_diagram_needs_every_cast_point():
 
 def test_memory_diagram_still_draws():
     assert "S_ij" in memory_diagram(n=256, d=64, B=64, itemsize=4).alt
+
+
+def test_memory_diagram_tile_label_clears_its_size():
+    """Issue 24: the tile's name S_ij (its subscript below the baseline) ran into the size
+    under it ("64×64"): the two lines are now a full line of 12-unit text apart."""
+    svg = memory_diagram(n=4096, d=64, B=128, itemsize=2).svg()
+    name_y = float(re.search(r'<text x="[0-9.]+" y="([0-9.]+)"[^>]*>S<tspan', svg)[1])
+    size_y = float(re.search(r'<text x="[0-9.]+" y="([0-9.]+)"[^>]*>128×128', svg)[1])
+    assert size_y - name_y >= 18, (name_y, size_y)

@@ -51,3 +51,19 @@ def test_backward_widget_bad_inputs_name_the_argument():
         wd.backward_widget_frame(64, 16, "v1")
     with pytest.raises(ValueError, match="B must be a positive integer"):
         wd.backward_widget_frame(64, 0, "backward")
+
+
+# --- the GPU chapter's launch-grid widget ------------------------------------------------------
+
+def test_launch_grid_widget_data_stops_where_the_kernel_does():
+    from flashlib.gpu.grid import cdiv, key_block_end
+
+    data = wd.launch_grid_widget_data([40, 100], [16, 32], [16], d=64)
+    assert data["d"] == 64 and len(data["configs"]) == 2 * 2 * 1 * 2
+    json.dumps(data)
+    assert data["configs"]["100-32-16-off"] == [100] * cdiv(100, 32)
+    causal = data["configs"]["100-32-16-on"]
+    assert causal == [key_block_end(p, 32, 100, True) for p in range(4)]
+    assert causal == [32, 64, 96, 100]  # each block stops after its last row, never past n
+    with pytest.raises(ValueError, match="d"):
+        wd.launch_grid_widget_data([40], [16], [16], d=0)

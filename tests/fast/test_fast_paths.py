@@ -98,7 +98,8 @@ def test_threaded_backward_equals_single_threaded(case, dtype, rng, monkeypatch)
 
 
 def test_threads_split_the_work(threaded, rng):
-    """The items really run on several threads (each calls setup once)."""
+    """The items really run on several threads (each calls setup once).  A forward item is a
+    group of up to GROUP_TILES query blocks: 1024 rows in 32-row blocks are 4 items."""
     calls = []
     real = _threads.run_items
 
@@ -108,7 +109,7 @@ def test_threads_split_the_work(threaded, rng):
             return setup()
         return real(work, items, workers, counted)
 
-    q, k, v = (rng.standard_normal((4, 256, 16)) for _ in range(3))
+    q, k, v = (rng.standard_normal((4, 1024, 16)) for _ in range(3))
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(_threads, "run_items", spying)
         flash_attention(q, k, v, block_q=32, block_k=32)
@@ -146,8 +147,10 @@ def test_small_problems_and_small_tiles_stay_on_one_thread(monkeypatch):
     assert _threads.workers_for(big, 100, tile=_threads.MIN_THREAD_TILE) == 8
 
 
-def test_one_head_of_default_tiles_is_not_threaded(monkeypatch):
-    """One head's tiles are too small for threads to pay (the GIL): one worker, not several."""
+def test_small_tiles_of_one_head_are_not_threaded(monkeypatch):
+    """One head's group of small tiles is too small for threads to pay (the GIL): one worker,
+    not several.  A group of default tiles (GROUP_TILES query blocks of a head) is large
+    enough, as are 8 heads."""
     calls = []
     real = _threads.run_items
 
@@ -157,12 +160,13 @@ def test_one_head_of_default_tiles_is_not_threaded(monkeypatch):
 
     monkeypatch.setattr(_threads, "worker_count", lambda: 2)
     monkeypatch.setattr(_threads, "run_items", spying)
-    q = np.random.default_rng(0).standard_normal((1, 1024, 64))
-    o, lse = flash_attention(q, q, q, return_lse=True)
-    flash_attention_backward(q, q, q, o, lse, o)
+    q = np.random.default_rng(0).standard_normal((1, 2048, 64))
+    o, lse = flash_attention(q, q, q, return_lse=True, block_q=32, block_k=32)
+    flash_attention_backward(q, q, q, o, lse, o, block_q=32, block_k=32)
+    flash_attention(q, q, q)  # 2 groups of GROUP_TILES default query blocks
     q8 = np.random.default_rng(0).standard_normal((8, 1024, 64))
-    flash_attention(q8, q8, q8)
-    assert calls == [1, 1, 2]
+    flash_attention(q8, q8, q8, block_q=32, block_k=32)
+    assert calls == [1, 1, 2, 2]
 
 
 def test_blas_is_held_at_one_thread_inside_the_workers_and_restored():
@@ -272,7 +276,8 @@ def test_keys_no_query_sees_keep_exactly_zero_gradients_at_large_logits():
 
 def test_the_stale_limit_path_moves_the_maximum_without_redoing_tiles(rng, monkeypatch):
     """Growing scores make some row sums exceed STALE_LIMIT while staying finite: the fast step
-    moves m_i up (no exact step, which is where the tile's row maximum is taken)."""
+    moves m_i up (no exact step, which is where a tile's row maximum is taken; the first tile
+    takes its maximum on S^T in the first step)."""
     import flashlib.fast.forward as flash
 
     n = 256
@@ -285,6 +290,29 @@ def test_the_stale_limit_path_moves_the_maximum_without_redoing_tiles(rng, monke
     real = flash.row_max
     monkeypatch.setattr(flash, "row_max", lambda s, t: exact_steps.append(1) or real(s, t))
     o = flash_attention(q, k, v, block_q=32, block_k=32)
-    assert len(exact_steps) == 1  # the first tile only
+    assert len(exact_steps) == 0  # the first tile takes the first step, no tile is redone
     ref, _ = reference_attention(q, k, v)
     assert max_err(o, ref) <= 1e-13 * float(np.abs(s2).max())
+
+
+def test_bounded_scores_skip_the_running_maximum(rng, monkeypatch):
+    """Scores within +-63 (base 2, by the Cauchy-Schwarz bound) take the unshifted path, no
+    running maximum: the ordinary case.  30x logits do not; neither do values so large that
+    n_k 2**63 max|v| would come near overflow.  Both paths agree to rounding."""
+    import flashlib.fast.forward as forward
+
+    decisions = []
+    real = forward.unshifted_ok
+    monkeypatch.setattr(forward, "unshifted_ok",
+                        lambda *a: decisions.append(real(*a)) or decisions[-1])
+    q, k, v = (rng.standard_normal((2, 300, 64)).astype(np.float32) for _ in range(3))
+    o = flash_attention(q, k, v, causal=True)
+    flash_attention(q * 30, k, v)
+    assert decisions == [True, False]
+    monkeypatch.setattr(forward, "unshifted_ok", lambda *a: False)
+    shifted = flash_attention(q, k, v, causal=True)
+    assert max_err(o, shifted) <= 1e-6
+    assert real(63.0, 4096, 1.0, np.dtype(np.float32))
+    assert not real(63.5, 4096, 1.0, np.dtype(np.float32))
+    assert not real(10.0, 4096, 1e36, np.dtype(np.float32))  # acc could overflow
+    assert real(500.0, 4096, 1.0, np.dtype(np.float64))

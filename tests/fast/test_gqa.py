@@ -21,6 +21,9 @@ from flashlib.fast.decoding import decode_attention
 from flashlib.studies.beyond import kv_cache_bytes, split_kv_tree
 from tests.helpers import max_err, torch, torch_grads
 
+# every test here on both forward paths (tests/fast/conftest.py)
+pytestmark = pytest.mark.usefixtures("forward_path")
+
 # (lead of q without the head axis, h_q, h_kv, n_q, n_k, d, d_v): awkward sizes on purpose
 SHAPES = [
     ((2,), 8, 2, 113, 203, 59, 37),  # GQA, 4 query heads per K/V head

@@ -87,19 +87,24 @@ def test_flash_attention_peak_below_one_percent_of_nxn(n, block_q, block_k, caus
 
 
 def test_flash_attention_v1_and_backward_far_below_nxn():
-    """The other tiled functions do not materialise (n_q, n_k) either (n = 4096: 5%)."""
-    n = 4096
-    q, k, v = _qkv(n, 64)
-    nxn = n * n * 4
-    for causal in (False, True):
-        _, extra = _traced_extra(flash_attention_v1, q, k, v, block_q=128, block_k=128,
-                                 causal=causal)
-        assert extra < 0.05 * nxn, ("flash_attention_v1", causal, extra)
-        o, lse = flash_attention(q, k, v, block_q=128, block_k=128, causal=causal,
-                                 return_lse=True)
-        _, extra = _traced_extra(flash_attention_backward, q, k, v, o, lse, o, block_q=128,
-                                 block_k=128, causal=causal)
-        assert extra < 0.05 * nxn, ("flash_attention_backward", causal, extra)
+    """The other tiled functions do not materialise (n_q, n_k) either: 5% of it at n = 4096
+    for flash_attention_v1, at n = 8192 for the backward, whose O(n d) workspace ([Q, -lse],
+    [dO, -D]) is joined by a group of up to GROUP_TILES key blocks' tiles (at most TILE_BYTES
+    per tile buffer), a cost that does not grow with n."""
+    for n, fns in ((4096, ("v1",)), (8192, ("backward",))):
+        q, k, v = _qkv(n, 64)
+        nxn = n * n * 4
+        for causal in (False, True):
+            if "v1" in fns:
+                _, extra = _traced_extra(flash_attention_v1, q, k, v, block_q=128,
+                                         block_k=128, causal=causal)
+                assert extra < 0.05 * nxn, ("flash_attention_v1", causal, extra)
+            if "backward" in fns:
+                o, lse = flash_attention(q, k, v, block_q=128, block_k=128, causal=causal,
+                                         return_lse=True)
+                _, extra = _traced_extra(flash_attention_backward, q, k, v, o, lse, o,
+                                         block_q=128, block_k=128, causal=causal)
+                assert extra < 0.05 * nxn, ("flash_attention_backward", causal, extra)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -208,3 +213,25 @@ def test_tile_memory_follows_the_block_size(fname):
     # the default tile (BLOCK_Q x BLOCK_K): a few tiles plus O(n d), far below one n x n
     default_tile = heads * BLOCK_Q * BLOCK_K * 4
     assert at_default <= 5 * default_tile + 8 * o_nd < nxn / 2, (at_default / nxn)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_extra_memory_is_linear_in_n_per_head(causal):
+    """O(n) per head: at the default tiles (grouped heads and tiles, BLAS-sized calls), the
+    forward's and the backward's extra memory beyond their outputs grows at most linearly
+    with n (n x n would grow it 16-fold from n to 4n) and at most in proportion to the heads;
+    at n = 4096 it stays below a quarter of one head's n x n float32."""
+    d = 64
+
+    def extra(n, heads):
+        rng = np.random.default_rng(0)
+        q, k, v, do = (rng.standard_normal((heads, n, d), dtype=np.float32) for _ in range(4))
+        (o, lse), fwd = _traced_extra(flash_attention, q, k, v, causal=causal,
+                                      return_lse=True)
+        _, bwd = _traced_extra(flash_attention_backward, q, k, v, o, lse, do, causal=causal)
+        return np.array([fwd, bwd], dtype=float)
+
+    small, large, more_heads = extra(1024, 2), extra(4096, 2), extra(1024, 8)
+    assert (large <= 4.4 * small).all(), large / small  # linear in n, not quadratic
+    assert (more_heads <= 4.4 * small).all(), more_heads / small  # linear in the heads
+    assert (large < 0.25 * 4096 * 4096 * 4).all(), large / (4096 * 4096 * 4)

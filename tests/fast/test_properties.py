@@ -7,6 +7,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +29,9 @@ from tests.helpers import (
     reference_attention,
     torch_grads,
 )
+
+# every test here on both forward paths (tests/fast/conftest.py)
+pytestmark = pytest.mark.usefixtures("forward_path")
 
 EPS64 = float(np.finfo(np.float64).eps)
 

@@ -11,11 +11,14 @@ from flashlib.core.checks import check_float_dtype
 from flashlib.core.measure import measure_peak
 from flashlib.fast.forward import workspace_bytes
 from flashlib.studies.intro import (
+    A100_SHARED_MEMORY,
+    attention_times,
     flash_attention_memory,
     naive_attention_memory,
     random_qkv,
     score_matrix_bytes,
 )
+from flashlib.studies.io_model import GPUS, sram_footprint, traffic
 from flashlib.studies.overflow import scale_scores, scale_scores_promoting
 
 
@@ -128,8 +131,10 @@ def test_workspace_bytes_counts_k_aug_lse_and_the_float16_v_copy():
 
 
 def test_flash_attention_memory_grows_linearly():
-    a, b = flash_attention_memory(1024, 16), flash_attention_memory(2048, 16)
-    assert 1.5 <= b / a <= 2.1
+    """What grows with n grows linearly: the increment from 2n to 4n is twice the one from n to
+    2n (the tiles of a group, up to TILE_BYTES whatever n, are a constant beside it)."""
+    a, b, c = (flash_attention_memory(n, 16) for n in (1024, 2048, 4096))
+    assert 1.5 <= (c - b) / (b - a) <= 2.5
     assert flash_attention_memory(2048, 16) < naive_attention_memory(2048, 16) / 10
 
 
@@ -143,3 +148,51 @@ def test_check_float_dtype_refuses_non_float16_32_64(bad):
 @pytest.mark.parametrize("good", [np.float16, "float32", np.dtype(np.float64), float])
 def test_check_float_dtype_accepts_float_dtypes(good):
     assert check_float_dtype(good, "dtype") == np.dtype(good)
+
+
+A100 = GPUS["A100 (1.5 TB/s)"]
+
+
+def test_attention_times_are_the_io_models_counts_over_the_gpus_rates():
+    """The introduction's model: bytes (the IO model's counts) over the bandwidth, 4 n^2 d
+    FLOPs over the peak, the same for both algorithms."""
+    n, d, B = 1000, 64, 96  # n not a multiple of B: the count is the schedule's, not n^2 d / B
+    t = attention_times(n, d, A100, B=B, itemsize=2)
+    assert t["standard"]["compute"] == t["flash"]["compute"] == 4 * n * n * d / 312e12
+    assert t["standard"]["memory"] == traffic("standard", n, n, d).total * 2 / 1.5e12
+    assert t["flash"]["memory"] == traffic("v2", n, n, d, B_r=B, B_c=B).total * 2 / 1.5e12
+    assert attention_times(n, d, A100, B=B, itemsize=4)["standard"]["memory"] == \
+        2 * t["standard"]["memory"]
+
+
+def test_attention_times_show_what_the_introduction_says():
+    """Standard attention is memory-bound by about itemsize peak / (d bandwidth) at every
+    long n; FlashAttention's memory term falls as 1 / B and crosses the compute term near
+    B = itemsize peak / (2 bandwidth) (exercise 1.5: 208 on the A100 at 1.5 TB/s); blocks of
+    16 move more than standard attention; blocks of 128 are the largest power of two whose
+    step fits in one SM's shared memory in float16 at d = 64."""
+    for n in (4096, 16384):
+        t = attention_times(n, 64, A100, B=128)
+        ratio = t["standard"]["memory"] / t["standard"]["compute"]
+        assert ratio == pytest.approx(2 * 312e12 / (64 * 1.5e12), rel=0.03)
+        flash = [attention_times(n, 64, A100, B=b)["flash"]["memory"] for b in (16, 64, 256)]
+        assert flash[0] > t["standard"]["memory"] > flash[1] > flash[2]
+    big = attention_times(2**16, 64, A100, B=208)["flash"]
+    assert big["memory"] == pytest.approx(big["compute"], rel=0.03)
+
+    def fits(b):
+        return sum(sram_footprint("v2", b, b, 64).values()) * 2 <= A100_SHARED_MEMORY
+
+    assert fits(128) and not fits(256)
+    assert A100_SHARED_MEMORY == 164 * 1024 < A100.sram_per_sm
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), [
+    ({"n": 0}, ValueError, "n must be"), ({"d": 0}, ValueError, "d must be"),
+    ({"B": 0}, ValueError, "B must be"), ({"itemsize": 0}, ValueError, "itemsize"),
+    ({"itemsize": 2.0}, TypeError, "itemsize"),
+])
+def test_attention_times_refuses_bad_input(kwargs, error, match):
+    args = {"n": 64, "d": 16, "B": 16, "itemsize": 2} | kwargs
+    with pytest.raises(error, match=match):
+        attention_times(args["n"], args["d"], A100, B=args["B"], itemsize=args["itemsize"])

@@ -12,7 +12,14 @@ from flashlib import flash_attention, naive_attention
 from flashlib.core.constants import LOG2E
 from flashlib.core.masks import band_hides, causal_mask, causal_tiles, straddles_diagonal
 from flashlib.fast.forward import STALE_LIMIT
-from flashlib.studies.ladder import RESCALE_THRESHOLD, RUNGS, THREADS_RUNG, naive_inplace
+from flashlib.studies.ladder import (
+    CHAPTER_RUNGS,
+    RESCALE_THRESHOLD,
+    RUNGS,
+    THREADS_RUNG,
+    flash2_in_matmul,
+    naive_inplace,
+)
 from tests.helpers import assert_error_within, plain_attention
 
 FUNCS = [("naive_inplace", naive_inplace)] + RUNGS + [THREADS_RUNG]
@@ -112,75 +119,6 @@ def test_rungs_validate_inputs(label, fn):
         fn(q.astype(np.int64), q, q)
 
 
-# ---- the chapter's exercise checkers: pass the solutions, fail typical mistakes, specifically
-
-
-def test_check_scores_base2():
-    from flashlib.book.exercises.ladder import check_scores_base2
-    from flashlib.core.constants import LOG2E
-
-    good = check_scores_base2(lambda q, k, s: (q * q.dtype.type(s * LOG2E)) @ k.T)
-    assert good.passed, good
-    no_log2e = check_scores_base2(lambda q, k, s: (q * q.dtype.type(s)) @ k.T)
-    assert not no_log2e.passed and "log2(e)" in str(no_log2e)
-    promoted = check_scores_base2(lambda q, k, s: (q * np.float64(s * LOG2E)) @ k.T)
-    assert not promoted.passed and "promote" in str(promoted)
-
-    def todo(q, k, s):
-        raise NotImplementedError
-
-    assert "not attempted" in str(check_scores_base2(todo))
-
-
-def test_check_pv_and_rowsum():
-    from flashlib.book.exercises.ladder import check_pv_and_rowsum
-
-    def good(p, v):
-        out = p @ np.concatenate([v, np.ones(v.shape[:-1] + (1,))], axis=-1)
-        return out[..., :-1], out[..., -1]
-
-    assert check_pv_and_rowsum(good).passed
-    swapped = check_pv_and_rowsum(lambda p, v: good(p, v)[::-1])
-    assert not swapped.passed
-    raising = check_pv_and_rowsum(lambda p, v: 1 / 0)
-    assert "ZeroDivisionError" in str(raising)
-    # right values, but not from one matmul: a separate sum, or a second product
-    two_passes = check_pv_and_rowsum(lambda p, v: (p @ v, p.sum(-1)))
-    assert not two_passes.passed and "sum over p" in str(two_passes)
-    assert "sum over p" in str(check_pv_and_rowsum(lambda p, v: (p @ v, np.sum(p, axis=-1))))
-    two_products = check_pv_and_rowsum(
-        lambda p, v: (p @ v, (p @ np.ones((p.shape[-1], 1)))[..., 0]))
-    assert not two_products.passed and "2 matrix products" in str(two_products)
-
-
-def test_check_needs_rescale():
-    from flashlib.book.exercises.ladder import check_needs_rescale
-
-    assert check_needs_rescale(lambda m, t, th: t > m + th).passed
-    non_strict = check_needs_rescale(lambda m, t, th: t >= m + th)
-    assert not non_strict.passed and "strict" in str(non_strict)
-    # m_tile - m_old gives NaN (and a warning) for -inf rows
-    nan_based = check_needs_rescale(lambda m, t, th: (t - m) > th)
-    assert not nan_based.passed
-    assert "numpy warned" in str(nan_based) and "invalid value" in str(nan_based)
-
-    def todo(m, t, th):
-        raise NotImplementedError
-
-    assert "not attempted" in str(check_needs_rescale(todo))
-
-
-def test_check_causal_tiles():
-    from flashlib.book.exercises.ladder import check_causal_tiles
-
-    assert check_causal_tiles(lambda n, bq, bk: causal_tiles(n, n, bq, bk)[:2]).passed
-    everything = check_causal_tiles(lambda n, bq, bk: (-(-n // bq) * -(-n // bk), 0))
-    assert not everything.passed and "skip" in str(everything)
-    no_mask = check_causal_tiles(lambda n, bq, bk: (causal_tiles(n, n, bq, bk)[0], 0))
-    assert not no_mask.passed and "top-right" in str(no_mask)
-    assert "ZeroDivisionError" in str(check_causal_tiles(lambda n, bq, bk: 1 / 0))
-
-
 # n_q, n_k, block_q, block_k, causal
 TILE_CASES = [
     (4, 4, 2, 2, True), (100, 100, 16, 24, True), (10, 10, 3, 4, "top_left"),
@@ -220,19 +158,89 @@ def test_causal_tiles_values_and_validation():
 @pytest.mark.parametrize("case", [c for c in TILE_CASES if c[0] and c[1]],
                          ids=[str(c) for c in TILE_CASES if c[0] and c[1]])
 def test_causal_tiles_is_what_flash_attention_visits(case, monkeypatch):
-    """flash_attention asks band_hides once per tile it computes: count those calls."""
+    """flash_attention asks band_hides once per group of query blocks it multiplies with a key
+    block: count the tiles of those calls, and the masked ones among them."""
     import flashlib.fast.forward
 
     n_q, n_k, b_r, b_c, causal = case
     seen = []
 
     def counting(i0, i1, j0, j1, lo, hi):
-        seen.append(band_hides(i0, i1, j0, j1, lo, hi))
-        assert seen[-1] == straddles_diagonal(i0, j1, hi)
-        return seen[-1]
+        assert i0 % b_r == 0
+        tiles = [band_hides(a, min(a + b_r, i1), j0, j1, lo, hi) for a in range(i0, i1, b_r)]
+        assert tiles == [straddles_diagonal(a, j1, hi) for a in range(i0, i1, b_r)]
+        seen.extend(tiles)
+        return band_hides(i0, i1, j0, j1, lo, hi)
 
     monkeypatch.setattr(flashlib.fast.forward, "band_hides", counting)
     x = np.random.default_rng(0).standard_normal((max(n_q, n_k), 4))
     flash_attention(x[:n_q], x[:n_k], x[:n_k], block_q=b_r, block_k=b_c, causal=causal)
     computed, masked, _ = causal_tiles(n_q, n_k, b_r, b_c, causal)
     assert (len(seen), sum(seen)) == (computed, masked)
+
+
+# ---- the chapter's rungs: flash2_forward and the two steps shown as diffs from it ------------
+
+CHAPTER_SHAPES = [  # H, n_q, n_k, d, d_v, B_r, B_c
+    (1, 1, 1, 1, 1, 1, 1),
+    (2, 37, 53, 8, 5, 16, 8),  # n not a multiple of the block, n_q != n_k
+    (3, 65, 64, 4, 4, 64, 64),  # one block plus one ragged row
+    (2, 7, 9, 3, 2, 100, 100),  # blocks larger than the problem
+    (2, 100, 7, 8, 3, 3, 5),
+]
+
+
+@pytest.mark.parametrize("shape", CHAPTER_SHAPES, ids=str)
+@pytest.mark.parametrize(("label", "fn"), CHAPTER_RUNGS, ids=[x for x, _ in CHAPTER_RUNGS])
+def test_chapter_rungs_float64_exact(label, fn, shape):
+    h, n_q, n_k, d, d_v, b_r, b_c = shape
+    q, k, v = _qkv(np.random.default_rng(0), (h,), n_q, n_k, d, d_v)
+    o, lse = fn(q, k, v, b_r, b_c)
+    ref_o, ref_lse = naive_attention(q, k, v, return_lse=True)
+    assert o.dtype == lse.dtype == np.float64 and o.shape == ref_o.shape
+    np.testing.assert_allclose(o, ref_o, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(lse, ref_lse, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(("label", "fn"), CHAPTER_RUNGS, ids=[x for x, _ in CHAPTER_RUNGS])
+def test_chapter_rungs_float32_growing_and_large_logits(label, fn):
+    """A running maximum that keeps growing and logits 30 times the usual scale send
+    flash2_in_matmul through its exact step and its overflow check; float32 stays within twice
+    plain attention's error, with no warning."""
+    rng = np.random.default_rng(1)
+    for key_growth, big in ((30.0, 1.0), (None, 30.0)):
+        q, k, v = _qkv(rng, (2,), 70, 90, 16, 8, key_growth=key_growth)
+        q = q * big
+        ref = naive_attention(q, k, v)
+        q32, k32, v32 = (x.astype(np.float32) for x in (q, k, v))
+        with np.errstate(over="raise", invalid="raise", divide="raise"):
+            o, _ = fn(q32, k32, v32, 16, 32)
+        assert o.dtype == np.float32
+        assert_error_within(o, ref, plain_attention(q32, k32, v32))
+
+
+def test_in_matmul_takes_the_stale_step():
+    """The stale step is the point of flash2_in_matmul: at ordinary logits most tiles skip the
+    exact step's max pass (counted through the ufunc np.maximum it calls)."""
+    q, k, v = _qkv(np.random.default_rng(2), (2,), 64, 256, 8, 8)
+    calls = []
+    real = np.maximum
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def maximum(*a, **kw):
+            calls.append(1)
+            return real(*a, **kw)
+
+    import flashlib.studies.ladder as ladder
+
+    saved = ladder.np
+    ladder.np = Spy()
+    try:
+        flash2_in_matmul(q, k, v, 16, 16)
+    finally:
+        ladder.np = saved
+    assert len(calls) == 64 // 16  # one exact step per query block: the first tile

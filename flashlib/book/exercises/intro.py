@@ -7,11 +7,16 @@ check_attention_flops      ``flops(n_q, n_k, d, d_v)`` of the two matrix product
 check_attention_shapes     ``shapes(q_shape, k_shape, v_shape)`` of S, P, O and lse
 check_standard_traffic     ``traffic(n_q, n_k, d, d_v)``: elements Algorithm 0 moves to and
                            from HBM
-check_reference_attention  ``attention(q, k, v)`` = softmax(q k^T / sqrt(d)) v in numpy
+check_reference_attention  ``attention(q, k, v)`` -> (O, lse): softmax(q k^T / sqrt(d)) v and
+                           each row's logsumexp, in numpy
+check_balanced_block       ``balanced_block(peak, bandwidth, itemsize)``: the query block B_r at
+                           which FlashAttention's memory term equals its compute term
 
 A wrong number is diagnosed by the formula it matches on *every* case (a count of only
 ``S = Q K^T`` equals half the right count whenever d = d_v, so one square case cannot tell it
-from counting multiply-adds): the cases include d != d_v and n_q != n_k.
+from counting multiply-adds): the cases include d != d_v and n_q != n_k, and all but one have
+every term of the counts different (at n_q = n_k = d = d_v = 1 every term is 1, and leaving
+out the read of S cannot be told from leaving out the write of O).
 """
 
 from __future__ import annotations
@@ -39,11 +44,14 @@ __all__ = [
     "check_attention_shapes",
     "check_standard_traffic",
     "check_reference_attention",
+    "check_balanced_block",
 ]
 
 Sizes = tuple[int, int, int, int]
-#: (n_q, n_k, d, d_v) cases of the counting exercises: square and not, d = d_v and not.
-COUNT_CASES: list[Sizes] = [(1, 1, 1, 1), (4, 4, 2, 2), (1024, 1024, 64, 64), (100, 300, 64, 32),
+#: (n_q, n_k, d, d_v) cases of the counting exercises. In all but the realistic square one
+#: the five terms of the traffic (n_q d, n_k d, n_k d_v, n_q n_k, n_q d_v) differ from each
+#: other, so each left-out or doubled term gives its own count.
+COUNT_CASES: list[Sizes] = [(1, 3, 5, 4), (2, 1, 7, 3), (1024, 1024, 64, 64), (100, 300, 64, 32),
                             (7, 5, 3, 11)]
 
 
@@ -124,15 +132,40 @@ def check_standard_traffic(fb: Feedback, fn: Callable[[int, int, int, int], int]
     def o(n_q: int, n_k: int, d: int, d_v: int) -> int:  # writing O once
         return n_q * d_v
 
+    def reads(n_q: int, n_k: int, d: int, d_v: int) -> int:  # Q, K, S, P, V
+        return qkv(n_q, n_k, d, d_v) + 2 * s(n_q, n_k, d, d_v)
+
+    def writes(n_q: int, n_k: int, d: int, d_v: int) -> int:  # S, P, O
+        return 2 * s(n_q, n_k, d, d_v) + o(n_q, n_k, d, d_v)
+
     _check_count(fb, fn, "elements", want, {
+        "that counts the n_q x n_k matrices three times: one of their four transfers is "
+        "missing, most often the read of S in step 2 (S is written in step 1 and read back "
+        "in step 2; P is written in step 2 and read back in step 3)":
+            lambda *a: qkv(*a) + o(*a) + 3 * s(*a),
         "that counts the n_q x n_k matrices twice; S and P are each written once AND read "
         "back once: 4 n_q n_k": lambda *a: qkv(*a) + o(*a) + 2 * s(*a),
         "that counts only the n_q x n_k matrices; Q, K, V are read and O written too":
             lambda *a: 4 * s(*a),
-        "that leaves out writing O (n_q d_v elements)": lambda *a: qkv(*a) + 4 * s(*a),
+        "that leaves out writing O (n_q d_v elements) in step 3":
+            lambda *a: qkv(*a) + 4 * s(*a),
+        "that leaves out reading Q (n_q d elements) in step 1":
+            lambda n_q, n_k, d, d_v: want(n_q, n_k, d, d_v) - n_q * d,
+        "that leaves out reading K (n_k d elements) in step 1":
+            lambda n_q, n_k, d, d_v: want(n_q, n_k, d, d_v) - n_k * d,
+        "that leaves out reading V (n_k d_v elements) in step 3":
+            lambda n_q, n_k, d, d_v: want(n_q, n_k, d, d_v) - n_k * d_v,
+        "that counts only the reads; S and P are written (steps 1 and 2) and O too (step 3)":
+            reads,
+        "that counts only the writes; Q, K, S, P and V are read too": writes,
         "that reads V with width d; V and O have width d_v":
             lambda n_q, n_k, d, d_v: n_q * d + 2 * n_k * d + n_q * d_v + 4 * n_q * n_k,
+        "that writes O with width d; O has V's width d_v":
+            lambda n_q, n_k, d, d_v: want(n_q, n_k, d, d_v) - n_q * d_v + n_q * d,
+        "that assumes n_k = n_q; K and V have n_k rows, S and P are n_q x n_k":
+            lambda n_q, n_k, d, d_v: want(n_q, n_q, d, d_v),
         "that counts bytes of float32; count elements": lambda *a: 4 * want(*a),
+        "that counts bytes of float16; count elements": lambda *a: 2 * want(*a),
     })
 
 
@@ -196,12 +229,108 @@ def _row_stats_without_keepdims(q: np.ndarray, k: np.ndarray, v: np.ndarray
         return (p / p.sum(axis=-1)[..., None, :]) @ v
 
 
+def _scores64(q: np.ndarray, k: np.ndarray, scale: float | None = None) -> np.ndarray:
+    """The scaled scores in float64 (scale 1/sqrt(d) by default)."""
+    scale = 1 / np.sqrt(q.shape[-1]) if scale is None else scale
+    return (q.astype(np.float64) @ np.swapaxes(k, -1, -2).astype(np.float64)) * scale
+
+
+def _lse64(s: np.ndarray, axis: int = -1) -> np.ndarray:
+    """The logsumexp of ``s`` along ``axis``, in float64, without overflow."""
+    m = s.max(axis=axis, keepdims=True)
+    return np.squeeze(m + np.log(np.exp(s - m).sum(axis=axis, keepdims=True)), axis=axis)
+
+
+def _pair(got: Any, o_shape: tuple[int, ...], lse_shape: tuple[int, ...]
+          ) -> tuple[np.ndarray, np.ndarray] | str:
+    """The learner's ``(O, lse)`` as two arrays, or one line saying why it is not a pair."""
+    if not isinstance(got, tuple | list):
+        if np.shape(got) == o_shape:
+            return "you returned O alone: return the pair (O, lse)"
+        return f"expected the pair (O, lse), got {type(got).__name__}"
+    if len(got) != 2:
+        return f"expected the pair (O, lse), got {len(got)} values"
+    first, second = (np.asarray(x) for x in got)
+    if first.shape == lse_shape and second.shape == o_shape and o_shape != lse_shape:
+        return "you returned (lse, O): return (O, lse), in this order"
+    return first, second
+
+
+def _output_problem(q: np.ndarray, k: np.ndarray, v: np.ndarray, got: np.ndarray,
+                    want: np.ndarray, caught: list[str], tol: float) -> str | None:
+    """What is wrong with the learner's O (None if it matches ``want`` in the right dtype)."""
+    problem = shape_problem(got, want.shape, "O")
+    if problem:
+        return problem
+    if not np.issubdtype(got.dtype, np.number) or not np.all(np.isfinite(got)):
+        return (f"NaN/inf in O ({'; '.join(caught) or 'exp overflow'}): subtract each row's "
+                "own maximum before np.exp, s - s.max(axis=-1, keepdims=True)")
+    if np.allclose(got, want, atol=tol, rtol=tol):
+        if got.dtype != want.dtype:
+            return (f"right values but O is {got.dtype}, expected {want.dtype}; np.sqrt(d) "
+                    "is a float64 scalar: use q.dtype.type(np.sqrt(d))")
+        return None
+    if np.allclose(got, naive_attention(q, k, v, scale=1.0), atol=tol, rtol=tol):
+        return "you forgot the scale 1/sqrt(d)"
+    if np.allclose(got, naive_attention(q, k, v, scale=1 / q.shape[-1]), atol=tol, rtol=tol):
+        return "you scaled by 1/d; the scale is 1/sqrt(d)"
+    lost = _row_stats_without_keepdims(q, k, v)
+    if lost is not None and np.allclose(got, lost, atol=1e-4, rtol=1e-4):
+        return (f"each row's max and sum lost their axis (shape {q.shape[:-1]}); on square "
+                "scores they broadcast along the wrong axis without an error. Keep it: "
+                "keepdims=True, or [..., None]")
+    if np.allclose(got, softmax(_scores64(q, k), axis=-2) @ v, atol=1e-4, rtol=1e-4):
+        return "the softmax runs over the wrong axis; normalise each row (over the keys, axis=-1)"
+    err_max = float(np.max(np.abs(got.astype(np.float64) - want)))
+    return f"O: max |difference| {err_max:.3g} from naive_attention"
+
+
+def _lse_problem(q: np.ndarray, k: np.ndarray, got: np.ndarray, tol: float) -> str | None:
+    """What is wrong with the learner's lse (None if it is each row's logsumexp of the scaled
+    scores, in q's dtype)."""
+    if got.shape == (*q.shape[:-2], k.shape[-2]) and k.shape[-2] != q.shape[-2]:
+        return (f"lse has shape {got.shape}, one number per key: sum over the keys "
+                f"(axis=-1) for one number per query row, shape {q.shape[:-1]}")
+    problem = shape_problem(got, q.shape[:-1], "lse")
+    if problem:
+        return f"{problem} (one number per query row)"
+    if not np.issubdtype(got.dtype, np.number) or not np.all(np.isfinite(got)):
+        return ("lse has inf or NaN: log(sum(exp(s))) overflows for large scores. Compute it "
+                "from the shifted sum: L = m + log(l), m the row maximum, l = sum(exp(s - m))")
+    s64 = _scores64(q, k)
+    want = _lse64(s64)
+
+    def close(x: np.ndarray) -> bool:
+        return bool(np.allclose(got, x, atol=tol * 10, rtol=tol))
+
+    if close(want):
+        if got.dtype != q.dtype:
+            return (f"right values but lse is {got.dtype}, expected {q.dtype}: keep q's "
+                    "dtype (a float64 scalar or array in the computation promotes it)")
+        return None
+    m = s64.max(axis=-1)
+    if close(want - m):
+        return ("lse is log(l), the logsumexp of the shifted scores s - m: add the maximum "
+                "back, L = m + log(l)")
+    if close(m):
+        return "lse is the row maximum m alone: L = m + log(l)"
+    if close(_lse64(_scores64(q, k, scale=1.0))):
+        return "lse of the unscaled scores q k^T: take it of s = q k^T / sqrt(d)"
+    if close(want / np.log(2)):
+        return "lse in base 2; the logsumexp uses the natural log (np.log)"
+    if q.shape[-2] == k.shape[-2] and close(_lse64(s64, axis=-2)):
+        return "lse over the wrong axis: sum over the keys (axis=-1), one number per query row"
+    err_max = float(np.max(np.abs(got.astype(np.float64) - want)))
+    return f"lse: max |difference| {err_max:.3g} from log(sum(exp(s))) of each row"
+
+
 @checker("reference attention",
          forbid=names(ATTENTION))
 def check_reference_attention(
     fb: Feedback, fn: Callable[[np.ndarray, np.ndarray, np.ndarray], Any]
 ) -> None:
-    """Check ``attention(q, k, v)`` = ``softmax(q k^T / sqrt(d)) v`` against flashlib."""
+    """Check ``attention(q, k, v)`` -> ``(O, lse)``: ``O = softmax(q k^T / sqrt(d)) v``
+    against flashlib, and ``lse`` each row's ``log sum_j exp(s_ij)``, both in q's dtype."""
     rng = np.random.default_rng(0)
     for dtype, shape_q, n_k, d_v, spread in [
         (np.float64, (2, 5, 4), 7, 3, 1.0),
@@ -216,40 +345,73 @@ def check_reference_attention(
             f", scores up to ~{spread:g}" if spread > 1 else "")
         with fb.case(label):
             got, caught = call_learner(fn, q, k, v)
-            got = np.asarray(got)
             want = naive_attention(q, k, v)
             tol = 1e-5 if dtype == np.float32 else 1e-10
-            problem = shape_problem(got, want.shape, "the output")
+            pair = _pair(got, want.shape, q.shape[:-1])
+            problem = pair if isinstance(pair, str) else (
+                _output_problem(q, k, v, pair[0], want, caught, tol)
+                or _lse_problem(q, k, pair[1], tol))
             if problem:
                 fb.fail(f"{label}: {problem}")
-            elif not np.issubdtype(got.dtype, np.number) or not np.all(np.isfinite(got)):
-                fb.fail(f"{label}: NaN/inf in the output ({'; '.join(caught) or 'exp overflow'})"
-                        ": subtract each row's own maximum before np.exp, "
-                        "s - s.max(axis=-1, keepdims=True)")
-            elif np.allclose(got, want, atol=tol, rtol=tol):
-                if got.dtype != want.dtype:
-                    fb.fail(f"{label}: right values but dtype {got.dtype}, expected {want.dtype}; "
-                            "np.sqrt(d) is a float64 scalar: use q.dtype.type(np.sqrt(d))")
-                elif caught:
-                    fb.fail(f"{label}: right values, but {'; '.join(warned(w) for w in caught)}")
-                else:
-                    fb.ok(f"{label}: matches flashlib.naive_attention")
-            elif np.allclose(got, naive_attention(q, k, v, scale=1.0), atol=tol, rtol=tol):
-                fb.fail(f"{label}: you forgot the scale 1/sqrt(d)")
-            elif np.allclose(got, naive_attention(q, k, v, scale=1 / q.shape[-1]), atol=tol,
-                             rtol=tol):
-                fb.fail(f"{label}: you scaled by 1/d; the scale is 1/sqrt(d)")
-            elif (lost := _row_stats_without_keepdims(q, k, v)) is not None and np.allclose(
-                    got, lost, atol=1e-4, rtol=1e-4):
-                fb.fail(f"{label}: each row's max and sum lost their axis (shape {q.shape[:-1]}"
-                        f"); on square scores they broadcast along the wrong axis without an "
-                        f"error. Keep it: keepdims=True, or [..., None]")
+            elif caught:
+                fb.fail(f"{label}: right values, but {'; '.join(warned(w) for w in caught)}")
             else:
-                s = (q @ np.swapaxes(k, -1, -2)).astype(np.float64) / np.sqrt(q.shape[-1])
-                wrong_axis = softmax(s, axis=-2) @ v
-                if np.allclose(got, wrong_axis, atol=1e-4, rtol=1e-4):
-                    fb.fail(f"{label}: the softmax runs over the wrong axis; normalise each row "
-                            "(over the keys, axis=-1)")
-                else:
-                    err_max = float(np.max(np.abs(got.astype(np.float64) - want)))
-                    fb.fail(f"{label}: max |difference| {err_max:.3g} from naive_attention")
+                fb.ok(f"{label}: O matches flashlib.naive_attention, lse each row's "
+                      "logsumexp")
+
+
+def _balanced(peak: float, bandwidth: float, itemsize: float) -> float:
+    return itemsize * peak / (2 * bandwidth)
+
+
+#: (peak FLOP/s, bandwidth bytes/s, itemsize) of the balanced-block exercise: the A100 at
+#: both ends of the paper's bandwidth range, the H100 SXM, the H200 in FP8, the A100's
+#: non-matmul float32 units (io_model.GPUS's figures, cited there).
+BALANCE_CASES = [(312e12, 1.5e12, 2), (312e12, 2.0e12, 2), (989e12, 3.35e12, 2),
+                 (989e12, 4.8e12, 1), (19.5e12, 1.5e12, 4)]
+
+
+@checker("balanced block size")
+def check_balanced_block(fb: Feedback, fn: Callable[[float, float, int], float]) -> None:
+    """Check ``balanced_block(peak, bandwidth, itemsize)``: the query block B_r at which
+    FlashAttention-2's memory term (2 n^2 d / B_r elements of K and V, times itemsize, over
+    the bandwidth) equals its compute term (4 n^2 d FLOPs over the peak)."""
+    wrong: dict[str, Callable[[float, float, float], float]] = {
+        "that counts only K; V is read once per block of queries too (2 n^2 d / B_r elements "
+        "in all)": lambda p, w, i: i * p / (4 * w),
+        "that counts the FLOPs as multiply-adds (2 n^2 d); a multiply-add is 2 FLOPs, "
+        "4 n^2 d in all": lambda p, w, i: i * p / w,
+        "that leaves out itemsize: the traffic is elements times bytes per element":
+            lambda p, w, i: p / (2 * w),
+        "that is the ridge point, peak / bandwidth in FLOPs per byte, not a block size":
+            lambda p, w, i: p / w,
+        "that is upside down: a larger B_r moves fewer bytes, so B_r grows with the peak "
+        "and falls with the bandwidth": lambda p, w, i: 2 * w / (i * p),
+    }
+    answers: dict[tuple[float, float, int], float] = {}
+    for case in BALANCE_CASES:
+        label = f"peak {case[0]:.3g} FLOP/s, bandwidth {case[1]:.3g} B/s, itemsize {case[2]}"
+        with fb.case(label) as c:
+            got, _ = call_learner(fn, *case)
+            if not _is_number(got) or isinstance(got, bool):
+                fb.fail(f"{label}: expected a number, got {got!r}")
+            else:
+                answers[case] = float(got)
+        if c.failed:
+            answers.pop(case, None)
+
+    def same(a: float, b: float) -> bool:
+        return bool(np.isclose(a, b, rtol=1e-6, atol=0))
+
+    everywhere = [name for name, formula in wrong.items()
+                  if answers and all(same(formula(*c), a) for c, a in answers.items())]
+    for case, got in answers.items():
+        label = f"peak {case[0]:.3g} FLOP/s, bandwidth {case[1]:.3g} B/s, itemsize {case[2]}"
+        want = _balanced(*case)
+        if same(got, want):
+            fb.ok(f"{label}: B_r = {want:.4g}")
+            continue
+        here = [name for name, formula in wrong.items() if same(formula(*case), got)]
+        reason = (everywhere[0] if everywhere else here[0] if len(here) == 1
+                  else "set the two terms equal and solve for B_r")
+        fb.fail(f"{label}: got {got:.4g}: {reason}")

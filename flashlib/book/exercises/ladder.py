@@ -53,22 +53,47 @@ def check_scores_base2(
             with fb.case(name):
                 got = np.asarray(_call(fn, q, k, scale))
                 want = scale * (q.astype(np.float64) @ k.T.astype(np.float64)) * LOG2E
-                if got.shape != want.shape:
-                    fb.fail(f"{name}: shape {got.shape}, expected (n_q, n_k) = {want.shape}")
-                elif got.dtype != dtype:
-                    fb.fail(f"{name}: dtype {got.dtype}, expected {np.dtype(dtype).name}: cast "
-                            "the constant scale * LOG2E to q's dtype (q.dtype.type(...)) so "
-                            "numpy does not promote")
-                elif np.allclose(got, want / LOG2E, rtol=tol, atol=tol):
-                    fb.fail(f"{name}: that is scale * q k^T in natural-log units; multiply "
-                            "by log2(e) = LOG2E too, so that exp2 of it equals exp of the "
-                            "score")
-                elif not np.allclose(got, want, rtol=tol, atol=tol):
-                    fb.fail(f"{name}: values off by up to "
-                            f"{np.max(np.abs(got - want)):.3g}; expected "
-                            "(q * (scale * LOG2E)) @ k.T")
-                else:
-                    fb.ok(f"{name}: exp2 of your scores equals exp(scale q k^T)")
+                _compare_scores(fb, name, got, want, dtype, tol)
+    # Large q and k with a small scale: q k^T overflows before a constant applied after the
+    # matmul can bring it back; folded into q, the constant keeps the product in range.
+    for dtype, size, scale in ((np.float32, 1e20, 1e-30), (np.float64, 1e160, 1e-300)):
+        q = (size * rng.standard_normal((3, 4))).astype(dtype)
+        k = (size * rng.standard_normal((5, 4))).astype(dtype)
+        name = f"{np.dtype(dtype).name} |q|, |k| ~ {size:.0e}, scale {scale:.0e}"
+        with fb.case(name):
+            result, warns = call_learner(fn, q, k, scale)
+            got = np.asarray(result)
+            want = (q.astype(np.float64) * (scale * LOG2E)) @ k.T.astype(np.float64)
+            overflow = any("overflow" in str(w) for w in warns)
+            if overflow or (got.shape == want.shape and not np.all(np.isfinite(got))):
+                fb.fail(f"{name}: q k^T overflowed: the constant is multiplied after the "
+                        "matmul, too late to keep the product in range; fold it into q "
+                        "first, (q * c) @ k.T (n_q x d multiplications, not n_q x n_k)")
+            elif warns:
+                fb.fail(f"{name}: {warned(warns[0])}")
+            else:
+                _compare_scores(fb, name, got, want, dtype, 1e-5)
+
+
+def _compare_scores(fb: Feedback, name: str, got: np.ndarray, want: np.ndarray,
+                dtype: Any, tol: float) -> None:
+    """One verdict on the learner's base-2 scores ``got`` against the float64 ``want``."""
+    if got.shape != want.shape:
+        fb.fail(f"{name}: shape {got.shape}, expected (n_q, n_k) = {want.shape}")
+    elif got.dtype != dtype:
+        fb.fail(f"{name}: dtype {got.dtype}, expected {np.dtype(dtype).name}: cast "
+                "the constant scale * LOG2E to q's dtype (q.dtype.type(...)) so "
+                "numpy does not promote")
+    elif np.allclose(got, want / LOG2E, rtol=tol, atol=tol):
+        fb.fail(f"{name}: that is scale * q k^T in natural-log units; multiply "
+                "by log2(e) = LOG2E too, so that exp2 of it equals exp of the "
+                "score")
+    elif not np.allclose(got, want, rtol=tol, atol=tol):
+        fb.fail(f"{name}: values off by up to "
+                f"{np.max(np.abs(got - want)):.3g}; expected "
+                "(q * (scale * LOG2E)) @ k.T")
+    else:
+        fb.ok(f"{name}: exp2 of your scores equals exp(scale q k^T)")
 
 
 class _Counted(np.ndarray):
@@ -132,7 +157,9 @@ def check_pv_and_rowsum(
               rng.standard_normal((2, 4, 2))),
              ("a row of zeros (a row that saw no key)",
               np.vstack([rng.random((1, 5)), np.zeros((1, 5))]),
-              rng.standard_normal((5, 2)))]
+              rng.standard_normal((5, 2))),
+             ("float32 p (3, 4), v (4, 2)", rng.random((3, 4)).astype(np.float32),
+              rng.standard_normal((4, 2)).astype(np.float32))]
     for name, p, v in cases:
         with fb.case(name):
             log: list[str] = []
@@ -143,6 +170,7 @@ def check_pv_and_rowsum(
                 fb.fail(f"{name}: return a pair (pv, rowsum), got {type(got).__name__}")
                 continue
             pv, rowsum = np.asarray(pv), np.asarray(rowsum)
+            tol = 1e-12 if p.dtype == np.float64 else 1e-5
             products, sums = log.count("product"), log.count("sum")
             if pv.shape != p.shape[:-1] + v.shape[-1:]:
                 fb.fail(f"{name}: pv has shape {pv.shape}, expected "
@@ -151,10 +179,15 @@ def check_pv_and_rowsum(
             elif rowsum.shape != p.shape[:-1]:
                 fb.fail(f"{name}: rowsum has shape {rowsum.shape}, expected {p.shape[:-1]}: "
                         "take the last column of the product ([..., -1])")
-            elif not np.allclose(pv, p @ v, atol=1e-12):
+            elif pv.dtype != p.dtype or rowsum.dtype != p.dtype:
+                fb.fail(f"{name}: pv is {pv.dtype} and rowsum {rowsum.dtype} for {p.dtype} "
+                        "p and v: the ones column is float64 (np.ones' default) and "
+                        "promotes the whole product; make it in v's dtype, "
+                        "np.ones(..., v.dtype)")
+            elif not np.allclose(pv, p @ v, atol=tol):
                 fb.fail(f"{name}: pv differs from p @ v: append the ones column to v "
                         "(along its last axis), not to p")
-            elif not np.allclose(rowsum, p.sum(axis=-1), atol=1e-12):
+            elif not np.allclose(rowsum, p.sum(axis=-1), atol=tol):
                 fb.fail(f"{name}: rowsum differs from p.sum(-1): the extra column of v must "
                         "be all ones")
             elif sums:

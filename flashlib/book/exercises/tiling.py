@@ -1,11 +1,13 @@
 """Checkers for the exercises of the tiling chapter (book/tiling.md).
 
-check_flash2_forward   ``flash2_forward(Q, K, V, B_r, B_c) -> O`` or ``(O, L)``: equal to standard
-                       attention on ragged shapes, and no (n, n) array allocated
+check_tiled_state      ``tiled_state(Q, K, V, B_r, B_c) -> (m, l, acc)``: the online-softmax state
+                       of every row over all the keys, computed tile by tile, on ragged shapes
+                       and scores near -800; no (n, n) array allocated
 check_tile_schedule    ``tile_schedule(n_q, n_k, B_r, B_c, order) -> [(i, j), ...]``: the tiles
                        in the order each loop order computes them, against the event log
 check_o_writes         ``o_writes(N, B_r, B_c, order)``: the block writes of O each order makes
-check_block_sizes      ``block_sizes(M, d) -> (B_r, B_c)``: Algorithm 1's rule
+check_square_block     ``square_block(M, d) -> B``: the largest square block whose step of
+                       FlashAttention-2 fits in an SRAM of M elements
 check_cap_reason       why B_r is capped by d (a letter of :data:`CAP_CHOICES`, or a function
                        returning it)
 """
@@ -18,139 +20,230 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.algorithms import standard_attention
 from flashlib.book.exercises import (
     ATTENTION,
+    MERGES,
     Feedback,
     LearnerError,
     call_learner,
     checker,
     names,
+    shape_problem,
     warned,
 )
 from flashlib.core.measure import measure_peak
-from flashlib.studies.io_model import block_counts, paper_block_sizes
+from flashlib.studies.io_model import block_counts
 from flashlib.studies.tiling import logged_tiles
 
 __all__ = [
-    "FORWARD_CASES",
+    "STATE_CASES",
     "O_WRITES_PROBLEM",
     "CAP_CHOICES",
-    "check_flash2_forward",
+    "check_tiled_state",
     "check_tile_schedule",
     "check_o_writes",
-    "check_block_sizes",
+    "check_square_block",
+    "step_elements",
     "check_cap_reason",
 ]
 
-#: (n_q, n_k, d, B_r, B_c, logit scale) of :func:`check_flash2_forward`: ragged last blocks,
-#: one row, blocks larger than n, 1 x 1 blocks, n_q != n_k, scores large enough that a
-#: missing rescale shows.
-FORWARD_CASES = [
-    ("ragged last blocks (100 x 70, B_r = 32, B_c = 16)", (100, 70, 16, 32, 16, 1.0)),
-    ("one query row (1 x 37, B_r = B_c = 8)", (1, 37, 8, 8, 8, 1.0)),
-    ("blocks larger than n (7 x 9, 64 x 128)", (7, 9, 8, 64, 128, 1.0)),
-    ("1 x 1 blocks (9 x 11)", (9, 11, 4, 1, 1, 1.0)),
-    ("large scores (60 x 50, B_r = 16, B_c = 8)", (60, 50, 8, 16, 8, 8.0)),
+#: (n_q, n_k, d, d_v, B_r, B_c, kind) of :func:`check_tiled_state`: ragged last blocks, one
+#: row, blocks larger than n, 1 x 1 blocks, n_q != n_k and d_v != d, large scores (a missing
+#: rescale shows), and scores all near -800 (a running maximum started at 0 underflows).
+STATE_CASES = [
+    ("ragged last blocks (100 x 70, B_r = 32, B_c = 16, d_v = 12)",
+     (100, 70, 16, 12, 32, 16, "random")),
+    ("one query row (1 x 37, B_r = B_c = 8)", (1, 37, 8, 8, 8, 8, "random")),
+    ("blocks larger than n (7 x 9, 64 x 128)", (7, 9, 8, 8, 64, 128, "random")),
+    ("1 x 1 blocks (9 x 11)", (9, 11, 4, 3, 1, 1, "random")),
+    ("large scores (60 x 50, B_r = 16, B_c = 8)", (60, 50, 8, 8, 16, 8, "large")),
+    ("every score near -800 (20 x 30, B_r = B_c = 8)", (20, 30, 8, 8, 8, 8, "negative")),
 ]
 #: The memory probe: no array of n_q x n_k elements (or a quarter of it) may be allocated.
 PROBE = (1024, 1024, 16, 64, 64)
 
 
-def _problem(n_q: int, n_k: int, d: int, logit: float = 1.0, seed: int = 0
+def _problem(n_q: int, n_k: int, d: int, d_v: int, kind: str = "random", seed: int = 0
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Q, K, V: random; "large": scores of about +-20; "negative": every scaled score within
+    about 15 of -800, so that exp(S) underflows to 0 and only exp(S - m) survives."""
     rng = np.random.default_rng(seed)
-    Q = rng.standard_normal((n_q, d)) * logit
-    return Q, rng.standard_normal((n_k, d)), rng.standard_normal((n_k, d))
+    Q, K = rng.standard_normal((n_q, d)), rng.standard_normal((n_k, d))
+    V = rng.standard_normal((n_k, d_v))
+    if kind == "large":
+        Q *= 8.0
+    elif kind == "negative":
+        c = math.sqrt(800 * math.sqrt(d))  # tau * (-c) * c = -800 along the first axis
+        Q, K = 0.3 * Q, 0.3 * K
+        Q[:, 0], K[:, 0] = -c, c
+    return Q, K, V
 
 
-def _variant(Q: np.ndarray, K: np.ndarray, V: np.ndarray, B_r: int, B_c: int, *,
-             rescale_O: bool = True, rescale_l: bool = True, divide: bool = True,
-             scale: bool = True, ragged: bool = True) -> np.ndarray:
-    """FlashAttention-2's forward with one of the usual mistakes switched on (for the hints)."""
-    N_q, N_k = Q.shape[0], K.shape[0]
+def _state(Q: np.ndarray, K: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The exact state (m, l, acc) of every row over all the keys, in float64."""
+    S = Q @ K.T / math.sqrt(Q.shape[1])
+    m = S.max(axis=1)
+    P = np.exp(S - m[:, None])
+    return m, P.sum(axis=1), P @ V
+
+
+def _mistake(Q: np.ndarray, K: np.ndarray, V: np.ndarray, B_r: int, B_c: int, *,
+             rescale_O: bool = True, rescale_l: bool = True, l_after: bool = False,
+             scale: bool = True, ragged: bool = True, m_start: float = -np.inf,
+             running_max: bool = True) -> tuple[np.ndarray, ...]:
+    """FlashAttention-2's loop, returning (m, l, acc), with one of the usual mistakes switched
+    on (for the diagnoses)."""
+    N_q, N_k = len(Q), len(K)
     tau = 1 / math.sqrt(Q.shape[1]) if scale else 1.0
-    stop_q = N_q if ragged else N_q - N_q % B_r
     stop_k = N_k if ragged else N_k - N_k % B_c
-    O = np.zeros((N_q, V.shape[1]))
-    for i in range(0, stop_q, B_r):
-        Q_i = Q[i : i + B_r]
-        O_i, l_i, m_i = np.zeros((len(Q_i), V.shape[1])), np.zeros(len(Q_i)), None
-        for j in range(0, stop_k, B_c):
-            S = tau * (Q_i @ K[j : j + B_c].T)
-            m_new = S.max(axis=1) if m_i is None else np.maximum(m_i, S.max(axis=1))
-            P = np.exp(S - m_new[:, None])
-            alpha = np.zeros(len(Q_i)) if m_i is None else np.exp(m_i - m_new)
-            l_i = (alpha if rescale_l else 1) * l_i + P.sum(axis=1)
-            O_i = (alpha[:, None] if rescale_O else 1) * O_i + P @ V[j : j + B_c]
-            m_i = m_new
-        O[i : i + B_r] = O_i / l_i[:, None] if divide and stop_k else O_i
-    return O
+    m, l, acc = np.empty(N_q), np.empty(N_q), np.empty((N_q, V.shape[1]))
+    with np.errstate(all="ignore"):
+        for i in range(0, N_q, B_r):
+            Q_i = Q[i : i + B_r]
+            O_i, l_i = np.zeros((len(Q_i), V.shape[1])), np.zeros(len(Q_i))
+            m_i = np.full(len(Q_i), m_start)
+            for j in range(0, stop_k, B_c):
+                S = tau * (Q_i @ K[j : j + B_c].T)
+                m_new = np.maximum(m_i, S.max(axis=1)) if running_max else S.max(axis=1)
+                P = np.exp(S - m_new[:, None])
+                alpha = np.exp(m_i - m_new)
+                if l_after:
+                    l_i = alpha * (l_i + P.sum(axis=1))
+                else:
+                    l_i = (alpha if rescale_l else 1) * l_i + P.sum(axis=1)
+                O_i = (alpha[:, None] if rescale_O else 1) * O_i + P @ V[j : j + B_c]
+                m_i = m_new
+            m[i : i + B_r], l[i : i + B_r], acc[i : i + B_r] = m_i, l_i, O_i
+    return m, l, acc
 
 
-_HINTS = [
-    (dict(rescale_O=False), "O_i is not rescaled when the running maximum grows: "
+def _tile_average(Q: np.ndarray, K: np.ndarray, V: np.ndarray, B_c: int, weighted: bool
+                  ) -> np.ndarray:
+    """The conceptual mistake: each key tile's own softmax output, averaged over the tiles
+    (plainly, or weighted by the tiles' numbers of keys)."""
+    S = Q @ K.T / math.sqrt(Q.shape[1])
+    outs, sizes = [], []
+    for j in range(0, len(K), B_c):
+        P = np.exp(S[:, j : j + B_c] - S[:, j : j + B_c].max(axis=1, keepdims=True))
+        outs.append(P @ V[j : j + B_c] / P.sum(axis=1, keepdims=True))
+        sizes.append(min(B_c, len(K) - j))
+    return np.average(np.stack(outs), axis=0, weights=sizes if weighted else None)
+
+
+_M0 = ("m_i starts at 0, not -inf: on rows whose scores are all near -800, m stays 0, "
+       "exp(S_ij - 0) underflows to 0 and l = acc = 0, so the output is lost (0 / 0); start "
+       "from m_i = -inf, the maximum of nothing (Exercise 3.3)")
+_MISTAKES = [
+    (dict(rescale_O=False), "acc (O_i) is not rescaled when the running maximum grows: "
      "O_i = diag(exp(m_i - m_new)) O_i + P~_ij V_j"),
     (dict(rescale_l=False), "l_i is not rescaled when the running maximum grows: "
      "l_i = exp(m_i - m_new) l_i + rowsum(P~_ij)"),
-    (dict(rescale_O=False, rescale_l=False), "neither O_i nor l_i is rescaled when the "
-     "running maximum grows: multiply both by exp(m_i - m_new)"),
-    (dict(divide=False), "O_i is never divided by l_i: divide once, after the inner loop"),
+    (dict(rescale_O=False, rescale_l=False), "neither acc (O_i) nor l_i is rescaled when the "
+     "running maximum grows (is alpha computed after m_i = m_new? then it is always 1): "
+     "multiply both by exp(m_i - m_new), with the old m_i"),
+    (dict(l_after=True), "l_i = alpha (l_i + rowsum(P~_ij)) also shrinks the new tile's sum, "
+     "which is already measured against m_new: l_i = alpha l_i + rowsum(P~_ij)"),
     (dict(scale=False), "the scores are not scaled: S_ij = Q_i K_j^T / sqrt(d)"),
-    (dict(ragged=False), "the last, shorter block is skipped: loop with range(0, N, B) "
-     "(ceil(N / B) blocks), not N // B blocks"),
+    (dict(ragged=False), "the last, shorter block of keys is skipped: loop with "
+     "range(0, N_k, B_c) (ceil(N_k / B_c) blocks), not N_k // B_c blocks"),
+    (dict(m_start=0.0), _M0),
 ]
+_AVERAGE = ("each tile's softmax is normalised by its own sum and the tiles are averaged: a "
+            "tile whose scores are larger must weigh more; keep one running m_i, l_i, acc per "
+            "row across the tiles, rescaling l_i and acc by exp(m_i - m_new)")
 
 
-def _as_output(result: Any, n_q: int, d_v: int) -> tuple[np.ndarray, np.ndarray | None]:
-    """The learner's O (and L when returned) as float64 arrays, or a LearnerError."""
-    L = None
+def _as_state(result: Any, n_q: int, d_v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The learner's (m, l, acc) as float64 arrays, or a LearnerError naming what came back."""
     if isinstance(result, tuple) and len(result) == 2:
-        result, L = result
+        raise LearnerError("that is (O, L), Algorithm 2's output: return the state before its "
+                           "step 6, (m, l, acc), with no division and no L")
+    if not (isinstance(result, tuple | list) and len(result) == 3):
+        what = (f"an array of shape {np.shape(result)} (O?)" if isinstance(result, np.ndarray)
+                else type(result).__name__)
+        raise LearnerError(f"return the state (m, l, acc), three arrays; got {what}")
     try:
-        O = np.asarray(result, dtype=np.float64)
-        L = None if L is None else np.asarray(L, dtype=np.float64)
+        m, l, acc = (np.asarray(x, dtype=np.float64) for x in result)  # noqa: E741
     except (TypeError, ValueError):
-        raise LearnerError(f"return O (an array) or (O, L), got {type(result).__name__}") \
-            from None
-    if O.shape != (n_q, d_v):
-        raise LearnerError(f"O has shape {O.shape}, expected (N_q, d_v) = {(n_q, d_v)}")
-    if L is not None and L.shape != (n_q,):
-        raise LearnerError(f"L has shape {L.shape}, expected (N_q,) = {(n_q,)}")
-    return O, L
+        raise LearnerError("return (m, l, acc) as three numpy arrays") from None
+    for got, want, what in ((m, (n_q,), "m"), (l, (n_q,), "l"), (acc, (n_q, d_v), "acc")):
+        problem = shape_problem(got, want, what)
+        if problem:
+            raise LearnerError(problem)
+    return m, l, acc
 
 
-@checker("FlashAttention-2 forward",
-         forbid=names(ATTENTION))
-def check_flash2_forward(fb: Feedback, fn: Callable[..., Any]) -> None:
-    """Check ``flash2_forward(Q, K, V, B_r, B_c) -> O`` (or ``(O, L)``) against standard
-    attention on ragged shapes, then that it never allocates an (N_q, N_k) array."""
-    for name, (n_q, n_k, d, B_r, B_c, logit) in FORWARD_CASES:
-        Q, K, V = _problem(n_q, n_k, d, logit)
+def _output(l: np.ndarray, acc: np.ndarray) -> np.ndarray:  # noqa: E741
+    with np.errstate(all="ignore"):
+        return acc / l[:, None]
+
+
+def _close(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and bool(np.all(np.isfinite(a))) and np.allclose(
+        a, b, rtol=1e-9, atol=1e-12)
+
+
+def _diagnose(m: np.ndarray, l: np.ndarray, acc: np.ndarray,  # noqa: E741
+              Q: np.ndarray, K: np.ndarray, V: np.ndarray, B_r: int, B_c: int) -> str:
+    """One line naming the mistake that reproduces the learner's state (or output)."""
+    o = _output(l, acc)
+    m_want, l_want, acc_want = _state(Q, K, V)
+    if _close(acc, acc_want / l_want[:, None]):
+        return ("acc is already divided by l: the state keeps it unnormalised, "
+                "acc = exp(S - m) V (do not divide acc by l; that is step 6)")
+    for flags, hint in _MISTAKES:
+        m_x, l_x, acc_x = _mistake(Q, K, V, B_r, B_c, **flags)
+        if _close(o, _output(l_x, acc_x)) or (
+                _close(m, m_x) and _close(l, l_x) and _close(acc, acc_x)):
+            return hint
+    if any(_close(o, _tile_average(Q, K, V, B_c, w)) for w in (False, True)):
+        return _AVERAGE
+    if np.all(m == 0) and np.all(l == 0):
+        return _M0
+    return "compare with Algorithm 2's steps 2 to 5, line by line"
+
+
+@checker("tiled state (m, l, acc)",
+         forbid=names(ATTENTION, MERGES, "flashlib.fast.online.partial_attention",
+                      "flashlib.fast.online.partial_blocks"))
+def check_tiled_state(fb: Feedback, fn: Callable[..., Any]) -> None:
+    """Check ``tiled_state(Q, K, V, B_r, B_c) -> (m, l, acc)``, the online-softmax state of
+    every query row over all the keys, against the exact state on ragged shapes, one row,
+    blocks larger than n, 1 x 1 blocks, large scores and scores all near -800; then that it
+    never allocates an (N_q, N_k) array."""
+    for name, (n_q, n_k, d, d_v, B_r, B_c, kind) in STATE_CASES:
+        Q, K, V = _problem(n_q, n_k, d, d_v, kind)
         with fb.case(name):
             got, warns = call_learner(fn, Q.copy(), K.copy(), V.copy(), B_r, B_c)
-            O, L = _as_output(got, n_q, d)
-            want = standard_attention(Q, K, V)
-            if np.isnan(O).any():
-                fb.fail(f"{name}: O contains NaN: start with m_i = -inf, l_i = 0 and compute "
-                        "exp(m_i - m_new), which is 0 at the first block")
-            elif np.max(np.abs(O - want)) > 1e-9:
-                hint = next((h for kw, h in _HINTS
-                             if np.max(np.abs(O - _variant(Q, K, V, B_r, B_c, **kw))) <= 1e-9),
-                            "compare with the algorithm box line by line")
-                fb.fail(f"{name}: O differs from standard attention by "
-                        f"{np.max(np.abs(O - want)):.3g}: {hint}")
-            elif L is not None and np.max(np.abs(L - _logsumexp(Q, K))) > 1e-9:
-                fb.fail(f"{name}: O is right but L is not the logsumexp of the scaled scores: "
-                        "L_i = m_i + log(l_i), after the inner loop")
+            m, l, acc = _as_state(got, n_q, d_v)  # noqa: E741
+            m_want, l_want, acc_want = _state(Q, K, V)
+            o, o_want = _output(l, acc), acc_want / l_want[:, None]
+            if not _close(o, o_want):
+                error = (f"acc / l differs from attention by {np.max(np.abs(o - o_want)):.3g}"
+                         if np.all(np.isfinite(o)) else "acc / l is not finite (l = 0 or NaN)")
+                fb.fail(f"{name}: {error}: "
+                        f"{_diagnose(m, l, acc, Q, K, V, B_r, B_c)}")
+            elif not _close(m, m_want):
+                if _close(m, np.maximum(m_want, 0.0)):
+                    hint = _M0
+                elif _close(m, _mistake(Q, K, V, B_r, B_c, running_max=False)[0]):
+                    hint = ("m is the last tile's maximum, not the maximum of the row: "
+                            "m_new = max(m_i, rowmax(S_ij)), so that exp(m_i - m_new) <= 1")
+                else:
+                    hint = "m must be the maximum of each row of S = Q K^T / sqrt(d)"
+                fb.fail(f"{name}: acc / l is right but m is not the row maximum: {hint}")
+            elif not (_close(l, l_want) and _close(acc, acc_want)):
+                fb.fail(f"{name}: m and acc / l are right, but l and acc are not measured "
+                        "against m: l = rowsum(exp(S - m)), acc = exp(S - m) V (unnormalised: "
+                        "do not divide acc by l)")
             elif warns:
                 fb.fail(f"{name}: right answer, but {warned(warns[0])}")
             else:
-                fb.ok(f"{name}: equals standard attention")
+                fb.ok(f"{name}: the exact (m, l, acc)")
     if fb.problems:
         return
     n_q, n_k, d, B_r, B_c = PROBE
-    Q, K, V = _problem(n_q, n_k, d, seed=1)
+    Q, K, V = _problem(n_q, n_k, d, d, seed=1)
     label = f"memory probe (N = {n_q}, B_r = B_c = {B_r})"
     with fb.case(label):
         (got, _), peak = measure_peak(call_learner, fn, Q, K, V, B_r, B_c)
@@ -161,12 +254,6 @@ def check_flash2_forward(fb: Feedback, fn: Callable[..., Any]) -> None:
                     "one B_r x B_c tile at a time, never Q @ K.T whole")
         else:
             fb.ok(f"{label}: at most {peak / 2**20:.2f} MiB allocated, no (N, N) array")
-
-
-def _logsumexp(Q: np.ndarray, K: np.ndarray) -> np.ndarray:
-    S = Q @ K.T / math.sqrt(Q.shape[1])
-    m = S.max(axis=1)
-    return m + np.log(np.exp(S - m[:, None]).sum(axis=1))
 
 
 # --- the tile schedule ----------------------------------------------------------------------
@@ -292,63 +379,120 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
 
 
-# --- block sizes from M ---------------------------------------------------------------------
+# --- the largest square block whose step fits in SRAM --------------------------------------
 
-#: (M, d) of :func:`check_block_sizes`: M / 4d not an integer first, so that a missing
-#: ceiling shows at once.
-BLOCK_CASES = [(1000, 64), (98304, 64), (98304, 128), (100, 64), (12345, 16), (64, 64),
-               (5000, 3), (10**6, 128)]
+#: (M, d) of :func:`check_square_block`: no exact fit, a tiny d, a head dimension of 128, an
+#: M that holds one row block only (B = 1), and one that holds none (0).
+SQUARE_CASES = [(1000, 8), (20_000, 16), (50_000, 64), (100_000, 128), (5000, 3),
+                (36, 8), (30, 8), (2**16, 32)]
 
 
-@checker("block sizes from M",
-         forbid=names("flashlib.studies.io_model.paper_block_sizes",
-                      "flashlib.studies.io_model.block_sizes"))
-def check_block_sizes(fb: Feedback, fn: Callable[[int, int], Any]) -> None:
-    """Check ``block_sizes(M, d) -> (B_r, B_c)``: B_c = ceil(M / 4d), B_r = min(B_c, d)."""
-    for M, d in BLOCK_CASES:
-        name = f"M = {M}, d = {d}"
-        with fb.case(name):
-            got, _ = call_learner(fn, M, d)
-            try:
-                B_r, B_c = got
-            except (TypeError, ValueError):
-                raise LearnerError(f"return a pair (B_r, B_c), got {got!r}") from None
-            want = paper_block_sizes(M, d)
-            if (B_r, B_c) == want and all(isinstance(x, (int, np.integer)) for x in got):
-                continue
-            c = M / (4 * d)
-            if (B_r, B_c) == want:
-                hint = "right values, but give integers (a block has a whole number of rows)"
-            elif (B_c, B_r) == want:
-                hint = "the pair is swapped: return (B_r, B_c)"
-            elif B_c == M // (4 * d) and B_c != math.ceil(c):
-                hint = "B_c = ceil(M / 4d), rounded up, not down"
-            elif B_c == math.ceil(c) and B_r == B_c:
-                hint = "B_r is capped: B_r = min(B_c, d)"
-            elif B_c == math.ceil(c) and B_r == d:
-                hint = "B_r = min(B_c, d): when B_c < d, B_r = B_c"
-            elif np.isclose(B_c, c):
-                hint = "round M / 4d up to an integer: B_c = ceil(M / 4d)"
-            else:
-                hint = f"expected (B_r, B_c) = {want}"
-            fb.fail(f"{name}: got ({B_r}, {B_c}): {hint}")
+def step_elements(B: int, d: int) -> int:
+    """Elements one step of FlashAttention-2 holds with B_r = B_c = B and d_v = d: Q_i, K_j,
+    V_j, O_i (B x d each), l_i, m_i (B each) and the score tile S_ij (B x B); the total of
+    :func:`flashlib.studies.io_model.sram_footprint` (tested equal)."""
+    return B * B + (4 * d + 2) * B
+
+
+def _largest(M: int, size: Callable[[int], int]) -> int:
+    """The largest B >= 0 with size(B) <= M (size grows with B)."""
+    B = 0
+    while size(B + 1) <= M:
+        B += 1
+    return B
+
+
+def largest_square_block(M: int, d: int) -> int:
+    """The answer of :func:`check_square_block`: the largest B whose step fits in M."""
+    return _largest(M, lambda b: step_elements(b, d))
+
+
+def _square_mistakes(M: int, d: int) -> list[tuple[int, str]]:
+    """(the answer a usual mistake gives at (M, d), its diagnosis)."""
+    a = 4 * d + 2  # the step holds B^2 + a B elements
+    return [
+        (_largest(M, lambda b: 4 * b * d + 2 * b), "you left out the score tile S_ij "
+         "(B x B): it is in SRAM too, and it is what makes the footprint quadratic in B"),
+        (_largest(M, lambda b: 4 * b * d + b * b), "you left out l_i and m_i (B elements "
+         "each)"),
+        (_largest(M, lambda b: 3 * b * d + 2 * b + b * b), "you left out one B x d block: "
+         "Q_i, K_j, V_j and O_i all stay in SRAM (FlashAttention-2 keeps O_i on chip)"),
+        (-(-M // (4 * d)), "that is Algorithm 1's B_c = ceil(M / 4d), whose step holds about "
+         "5M / 4: find the largest B whose step fits in M"),
+        (math.ceil((math.sqrt(a * a + 4 * M) - a) / 2), "the root of B^2 + (4d + 2) B = M "
+         "rounded up does not fit: round it down"),
+        (round((math.sqrt(a * a + 4 * M) - a) / 2), "the root of B^2 + (4d + 2) B = M "
+         "rounded to the nearest integer may not fit: round it down"),
+    ]
+
+
+def _square_hint(got: Any, M: int, d: int, want: int) -> str:
+    """Words for a wrong answer at one (M, d), when no usual mistake explains every case."""
+    if not _is_number(got) or not float(got).is_integer():
+        return "give a whole number of rows (an int)"
+    B = int(got)
+    if B < 0:
+        return "when not even B = 1 fits, return 0"
+    if B > want:
+        return (f"B = {B} does not fit: its step holds {step_elements(B, d):,} elements "
+                f"> M; round down")
+    return (f"B = {B} + 1 fits too ({step_elements(B + 1, d):,} <= M elements): give the "
+            "largest")
+
+
+@checker("the largest square block",
+         forbid=names("flashlib.studies.io_model.sram_footprint",
+                      "flashlib.studies.io_model.block_sizes",
+                      "flashlib.studies.io_model.paper_block_sizes"))
+def check_square_block(fb: Feedback, fn: Callable[[int, int], Any]) -> None:
+    """Check ``square_block(M, d) -> B``: the largest B such that one step of FlashAttention-2
+    with B_r = B_c = B and d_v = d, B^2 + (4d + 2) B elements, fits in M; 0 when none does."""
+    answers = []
+    for M, d in SQUARE_CASES:
+        with fb.case(f"M = {M:,}, d = {d}") as case:
+            got, warns = call_learner(fn, M, d)
+            answers.append((M, d, got, warns))
+        if case.failed:
             return
-    fb.ok(f"(B_r, B_c) right for all {len(BLOCK_CASES)} (M, d)")
+    wrong = [(M, d, got) for M, d, got, _ in answers if not (
+        isinstance(got, int | np.integer) and not isinstance(got, bool)
+        and got == largest_square_block(M, d))]
+    if not wrong:
+        first = next(((M, d, w[0]) for M, d, _, w in answers if w), None)
+        if first:
+            fb.fail(f"M = {first[0]:,}, d = {first[1]}: right answer, but {warned(first[2])}")
+        else:
+            fb.ok(f"the largest B for all {len(SQUARE_CASES)} (M, d), including M too small "
+                  "for B = 1")
+        return
+    M, d, got = wrong[0]
+    want = largest_square_block(M, d)
+    name = f"M = {M:,}, d = {d}"
+    if _is_number(got) and float(got) == want:
+        fb.fail(f"{name}: right value, but give a whole number of rows (an int), got {got!r}")
+        return
+    # a usual mistake that gives the learner's answer on every case (not only this one)
+    for k, (_, hint) in enumerate(_square_mistakes(M, d)):
+        if all(_is_number(g) and g == _square_mistakes(M_, d_)[k][0]
+               for M_, d_, g, _ in answers):
+            fb.fail(f"{name}: got {got!r}: {hint}")
+            return
+    fb.fail(f"{name}: got {got!r}: {_square_hint(got, M, d, want)}")
 
 
 #: The answers offered for "why is B_r capped by d?" (:func:`check_cap_reason`).
 CAP_CHOICES = {
-    "a": "it keeps the score tile S_ij (B_r x B_c) within about M / 4, as each of K_j, V_j, "
-         "Q_i, O_i is",
+    "a": "it keeps the score tile S_ij (B_r x B_c) within about M / 4, the size of each of "
+         "K_j and V_j",
     "b": "it reduces Algorithm 1's HBM traffic",
     "c": "the hardware needs B_r to divide d",
     "d": "it keeps O_i smaller than K_j",
 }
 
 _CAP_FEEDBACK = {
-    "a": "right: B_c = M / 4d rows make K_j, V_j, Q_i, O_i about M / 4 each; with B_r <= d "
-         "the tile S_ij has at most d x M / 4d = M / 4 entries, so a step fits in about "
-         "5M / 4 (Theorem 2's Theta absorbs the constant)",
+    "a": "right: B_c = M / 4d rows make K_j and V_j about M / 4 each, and Q_i, O_i at most "
+         "that (exactly when B_r = B_c); with B_r <= d the tile S_ij has at most "
+         "d x M / 4d = M / 4 entries, so a step holds about 5M / 4: a constant times M",
     "b": "Algorithm 1's traffic does not depend on B_r: Q, O, l, m are each read T_c times "
          "whatever B_r is; that is why capping B_r costs nothing",
     "c": "nothing requires B_r to divide d (the book's tests use B_r = 7 with d = 4); the cap "

@@ -6,23 +6,30 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from flashlib.algorithms import safe_softmax
 from flashlib.book.exercises import online_softmax as ol
 from flashlib.book.exercises import overflow as ov
 from flashlib.fast.online import PartialAttention, merge_partials, partial_attention
-from flashlib.studies.overflow import exp_overflow_threshold
+from flashlib.studies.overflow import exp_overflow_threshold, naive_softmax, safe_softmax_passes
 from tests.helpers import assert_fails_with, learner_copy, not_attempted, text
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
 
 # What a learner who copied the library's code hands in (the library's own functions are
 # refused where the exercise asks for them: test_the_library_itself_is_refused)
 LIBRARY_MERGE = merge_partials
 merge_partials = learner_copy(merge_partials)
 exp_overflow_threshold = learner_copy(exp_overflow_threshold)
+safe_softmax = learner_copy(safe_softmax)
 
 # ---- stable softmax -------------------------------------------------------------------------
 
 def good_softmax(x):
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+    m = x.max(axis=-1, keepdims=True)
+    m = np.where(np.isneginf(m), x.dtype.type(0), m)  # a row that sees no key
+    e = np.exp(x - m)
+    total = e.sum(axis=-1, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
 
 
 def test_stable_softmax_accepts_correct():
@@ -38,11 +45,11 @@ def test_stable_softmax_rejects_naive():
 
 
 def test_stable_softmax_rejects_global_sum():
-    def wrong_axis(x):
+    def global_sum(x):
         e = np.exp(x - x.max(axis=-1, keepdims=True))
         return e / e.sum()
 
-    assert_fails_with(ov.check_stable_softmax(wrong_axis), "normalise along the last axis")
+    assert_fails_with(ov.check_stable_softmax(global_sum), "normalise along the last axis")
 
 
 def test_stable_softmax_rejects_promotion_and_errors():
@@ -58,11 +65,63 @@ def test_stable_softmax_rejects_promotion_and_errors():
     assert_fails_with(ov.check_stable_softmax(not_attempted), "not attempted yet")
 
 
+def test_stable_softmax_refuses_the_algorithm_box_on_a_row_of_minus_inf():
+    """Issue 24/25: the chapter's safe_softmax (the algorithm box) passed all 8 checks although
+    it returns NaN on [-inf, -inf]; now that row is checked, with its own diagnosis."""
+    fb = ov.check_stable_softmax(safe_softmax)
+    assert_fails_with(fb, "returns NaN for x = [-inf, -inf]", "-inf - (-inf) is NaN",
+                      "Where m is -inf use 0")
+    assert len(fb.problems) == 2  # [-inf, -inf] and the batch with one such row
+
+
+def test_stable_softmax_names_the_zero_over_zero_of_a_row_of_minus_inf():
+    def max_fixed_only(x):  # m repaired, but l = 0 and 0 / 0 is NaN
+        m = x.max(axis=-1, keepdims=True)
+        m = np.where(np.isneginf(m), x.dtype.type(0), m)
+        e = np.exp(x - m)
+        return e / e.sum(axis=-1, keepdims=True)
+
+    assert_fails_with(ov.check_stable_softmax(max_fixed_only), "0 / 0 is NaN",
+                      "Divide only where l > 0")
+
+
+def test_stable_softmax_refuses_a_uniform_row_for_no_key():
+    def clamped(x):  # -inf replaced by the most negative finite number: a uniform row
+        return good_softmax(np.maximum(x, np.finfo(x.dtype).min))
+
+    assert_fails_with(ov.check_stable_softmax(clamped), "return zeros for it",
+                      "not a distribution over keys it may not see")
+
+
+def test_stable_softmax_refuses_nan_repaired_afterwards():
+    def repaired(x):
+        with np.errstate(invalid="warn"):
+            return np.nan_to_num(safe_softmax(x))
+
+    assert_fails_with(ov.check_stable_softmax(repaired), "right answer, but numpy warned",
+                      "repairing it afterwards still warns")
+
+
 # ---- overflow threshold ---------------------------------------------------------------------
 
+def threshold(dtype):
+    """The exercise's answer: the walk over the format's own values, from ml_dtypes' finfo
+    (which knows bfloat16; numpy's does not)."""
+    dt = np.dtype(dtype)
+    x = dt.type(np.log(float(ml_dtypes.finfo(dt).max)))
+    with np.errstate(over="ignore"):
+        while not np.isfinite(np.exp(x)):
+            x = np.nextafter(x, dt.type(-np.inf))
+        while np.isfinite(np.exp(np.nextafter(x, dt.type(np.inf)))):
+            x = np.nextafter(x, dt.type(np.inf))
+    return float(x)
+
+
 def test_overflow_threshold_accepts_number_and_function():
+    fb = ov.check_overflow_threshold(threshold)
+    assert fb.passed, text(fb)
+    assert "bfloat16: 88.5 is right" in text(fb)
     assert ov.check_overflow_threshold(exp_overflow_threshold(np.float16)).passed
-    assert ov.check_overflow_threshold(exp_overflow_threshold).passed
     assert ov.check_overflow_threshold(88.72283172607422, "float32").passed
 
 
@@ -70,10 +129,38 @@ def test_overflow_threshold_rejects_log_max_rounded_up_and_too_small():
     log_max16 = float(np.log(np.finfo(np.float16).max))  # rounds up in float16
     assert_fails_with(ov.check_overflow_threshold(log_max16), "too large", "is inf in float16")
     assert_fails_with(ov.check_overflow_threshold(11.0), "too small")
-    assert_fails_with(ov.check_overflow_threshold(lambda dt: float(np.log(np.finfo(dt).max))),
-                      "float16: too large")
+    assert_fails_with(
+        ov.check_overflow_threshold(lambda dt: float(ml_dtypes.finfo(dt).max and np.log(
+            np.asarray(ml_dtypes.finfo(dt).max, dtype=dt)))), "float16: too large")
     assert_fails_with(ov.check_overflow_threshold("eleven"), "expected a number")
     assert_fails_with(ov.check_overflow_threshold(not_attempted), "not attempted yet")
+
+
+def test_overflow_threshold_is_not_answered_by_what_the_chapter_prints_or_imports():
+    """Issue 25: the three printed thresholds, hard-coded, passed 2.2; now bfloat16 is asked
+    too, a value merely rounding to its threshold is refused, and the library function (which
+    knows numpy's formats only) fails there."""
+    printed = {"float16": 11.0859375, "float32": 88.72283172607422, "float64": 709.782712893384}
+    hard_coded = ov.check_overflow_threshold(lambda dt: printed.get(np.dtype(dt).name,
+                                                                    printed["float32"]))
+    assert_fails_with(hard_coded, "88.72283172607422 is not a bfloat16 value")
+    assert "88.5" not in text(hard_coded)  # the refusal does not say the answer
+    assert_fails_with(ov.check_overflow_threshold(exp_overflow_threshold), "bfloat16")
+
+
+def test_overflow_threshold_names_numpys_finfo_on_bfloat16():
+    def numpy_finfo(dtype):
+        return threshold(dtype) if np.dtype(dtype).name != "bfloat16" else float(
+            np.log(np.finfo(dtype).max))
+
+    assert_fails_with(ov.check_overflow_threshold(numpy_finfo),
+                      "np.finfo does not know bfloat16: ml_dtypes.finfo knows every format")
+
+
+def test_overflow_threshold_without_ml_dtypes_says_bfloat16_is_not_checked(monkeypatch):
+    monkeypatch.setattr(ov, "_bfloat16", lambda: None)
+    fb = ov.check_overflow_threshold(exp_overflow_threshold)
+    assert fb.passed and "bfloat16 not checked" in text(fb)
 
 
 # ---- memory of S ----------------------------------------------------------------------------
@@ -92,21 +179,61 @@ def test_score_bytes():
     assert_fails_with(ov.check_score_bytes(lambda n, dt: n * n * dt.itemsize), "np.dtype(dtype)")
 
 
-# ---- promotion ------------------------------------------------------------------------------
+# ---- row statistics in the input's dtype ----------------------------------------------------
 
-def test_scale_keeps_dtype():
-    assert ov.check_scale_keeps_dtype(lambda s, d: s / s.dtype.type(np.sqrt(d))).passed
-    assert ov.check_scale_keeps_dtype(lambda s, d: s * s.dtype.type(1 / np.sqrt(d))).passed
-    assert_fails_with(ov.check_scale_keeps_dtype(lambda s, d: s / np.sqrt(d)),
-                      "returns float64, not float32", "NEP 50")
-    assert_fails_with(ov.check_scale_keeps_dtype(lambda s, d: s / s.dtype.type(d)),
-                      "values differ")
+def row_stats(s, *, m_dtype="s", l_dtype="s", m_start=-np.inf, shift="final"):
+    """Exercise 2.4's function, right by default, with its usual mistakes by keyword."""
+    dtype_of = {"s": s.dtype, "default": None}
+    m = np.full(s.shape[0], m_start, dtype=dtype_of[m_dtype])  # pass 1
+    for j in range(s.shape[1]):
+        m = np.maximum(m, s[:, j])
+    l = np.zeros(s.shape[0], dtype=dtype_of[l_dtype])  # noqa: E741  pass 2
+    running = np.full(s.shape[0], -np.inf, dtype=s.dtype)
+    for j in range(s.shape[1]):
+        running = np.maximum(running, s[:, j])
+        shifted_by = {"final": m, "none": 0, "running": running}[shift]
+        with np.errstate(over="ignore"):
+            l = l + np.exp(s[:, j] - shifted_by)  # noqa: E741
+    return m, l
 
-    def in_place(s, d):
-        s /= s.dtype.type(np.sqrt(d))
-        return s
 
-    assert_fails_with(ov.check_scale_keeps_dtype(in_place), "in place")
+def test_row_stats_accepts_the_fix():
+    fb = ov.check_row_stats(row_stats)
+    assert fb.passed, text(fb)
+    # computed in float64 and cast back: more rounding-safe, still the input's dtype
+    assert ov.check_row_stats(lambda s: tuple(x.astype(s.dtype) for x in row_stats(
+        s.astype(np.float64)))).passed
+
+
+@pytest.mark.parametrize(("answer", "phrases"), [
+    # the starter: np.full and np.zeros without a dtype (issue 25: 2.4 reworked, its old
+    # answer scale_scores is imported by the chapter)
+    (lambda s: row_stats(s, m_dtype="default", l_dtype="default"),
+     ("m and l are float64 for a float32 s", "np.full, np.zeros", "dtype=s.dtype")),
+    (lambda s: row_stats(s, l_dtype="default"), ("but l is float64 for a float32 s",)),
+    (lambda s: row_stats(s, m_start=0.0), ("m starts at 0", "start it at -inf")),
+    (lambda s: row_stats(s, shift="none"), ("l sums exp(s), not exp(s - m)",)),
+    (lambda s: row_stats(s, shift="running"), ("the maximum found so far",
+                                               "pass 2 needs the final m")),
+    (lambda s: tuple(x[:, None] for x in row_stats(s)), ("drop the trailing axis of 1",)),
+    (lambda s: row_stats(s)[0], ("expected the pair (m, l)",)),
+])
+def test_row_stats_names_each_mistake(answer, phrases):
+    assert_fails_with(ov.check_row_stats(answer), *phrases)
+
+
+def test_row_stats_refuses_changing_its_input():
+    def in_place(s):
+        s -= s.max(axis=-1, keepdims=True)
+        return row_stats(s)
+
+    assert_fails_with(ov.check_row_stats(in_place), "changed its input s")
+
+
+def test_row_stats_is_not_answered_by_what_the_chapter_shows():
+    """Nothing the overflow chapter imports or shows with one argument passes 2.4."""
+    for fn in (safe_softmax, naive_softmax, safe_softmax_passes, exp_overflow_threshold):
+        assert not ov.check_row_stats(fn).passed, fn.__name__
 
 
 # ---- online update --------------------------------------------------------------------------
@@ -271,7 +398,7 @@ def test_merge_counterexample():
 @pytest.mark.parametrize(("checker", "fn"), [
     *[(checker, lambda *args: None)
       for checker in (ov.check_stable_softmax, ol.check_online_update, ol.check_merge,
-                      ol.check_empty_partial, ov.check_score_bytes, ov.check_scale_keeps_dtype,
+                      ol.check_empty_partial, ov.check_score_bytes, ov.check_row_stats,
                       ov.check_overflow_threshold)],
     (ov.check_overflow_threshold, lambda dtype: 1 / 0),
     *[(ol.check_online_update, update_failing_on_stream(kind))
