@@ -97,7 +97,7 @@ def fa3_timeline(schedule: str, exp_share: float, tiles: int) -> list[Interval]:
     - "serial": one warpgroup, each step after the last (QK, softmax, PV per tile);
     - "ping-pong": two warpgroups (rows "warpgroup 1", "warpgroup 2"), each with its own
       query rows and ``tiles`` tiles, taking turns on the tensor cores: one's softmax runs
-      while the other's matmuls do (FlashAttention-3, Section 3.1);
+      while the other's matmuls do;
     - "pipelined": one warpgroup whose iteration j issues S_j, then P_{j-1} V_{j-1}, and
       runs the softmax of S_j while P_{j-1} V_{j-1} is on the tensor cores (rows "tensor
       cores", "softmax").
@@ -139,7 +139,7 @@ def fa3_timeline(schedule: str, exp_share: float, tiles: int) -> list[Interval]:
                     out.append((row, t, t + soft, "softmax", f"exp_{b + 1}"))
                     ready[w] = t + soft
         return out
-    # pipelined, one warpgroup (FlashAttention-3's Algorithm 2 in outline)
+    # pipelined, one warpgroup: the softmax of S_j runs under P_{j-1} V_{j-1}
     out.append(("tensor cores", 0.0, 1.0, "matmul", "QK_1"))
     out.append(("softmax", 1.0, 1.0 + soft, "softmax", "exp_1"))
     soft_done, pv_done = 1.0 + soft, 1.0
