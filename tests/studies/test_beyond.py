@@ -44,7 +44,7 @@ def test_fa3_timeline_schedules():
         ops = fa3_timeline(schedule, share, tiles)
         mm = sorted((a, b) for _, a, b, kind, _ in ops if kind == "matmul")
         assert len(mm) == 2 * steps  # S_j = Q K_j^T and P_j V_j per tile
-        assert all(b1 <= a2 + 1e-12 for (_, b1), (a2, _) in zip(mm, mm[1:]))
+        assert all(b1 <= a2 + 1e-12 for (_, b1), (a2, _) in zip(mm, mm[1:], strict=False))
         soft = [(a, b) for _, a, b, kind, _ in ops if kind == "softmax"]
         assert len(soft) == steps and all(abs(b - a - 2 * share) < 1e-12 for a, b in soft)
         # a tile's softmax starts after its QK and ends before its PV

@@ -17,8 +17,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 import flashlib
-from flashlib import algorithms
-from flashlib import naive_attention
+from flashlib import algorithms, naive_attention
 from flashlib.book.exercises import Feedback, call_learner, checker, shape_problem
 from flashlib.core.measure import measure_peak
 from flashlib.fast import decoding

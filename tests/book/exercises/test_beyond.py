@@ -8,8 +8,8 @@ import numpy as np
 
 from flashlib import flash_attention
 from flashlib.book.exercises import NOT_ATTEMPTED
-from flashlib.fast.decoding import decode_attention
 from flashlib.book.exercises import beyond as bx
+from flashlib.fast.decoding import decode_attention
 from tests.helpers import assert_fails_with, crashing, not_attempted, text
 
 
