@@ -266,3 +266,13 @@ def import_code(source: str, folder, name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def book_solution(chapter: str, label: str) -> dict:
+    """The namespace of the book's solution of the exercise ``label`` in book/<chapter>.md
+    (its ```python blocks, `solution_code`), run with numpy imported as np, as a reader would
+    paste them."""
+    namespace: dict = {"np": np}
+    code = solution_code(chapter, label)
+    exec(compile(code, f"<solution {label}>", "exec"), namespace)  # noqa: S102
+    return namespace

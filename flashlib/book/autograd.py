@@ -9,7 +9,8 @@ raising an ImportError.
 - :func:`attention_grads`   dq, dk, dv of ``sum(do * attention(q, k, v))`` by autograd, in float64,
                             with the library's causal and boolean masks (rows that see no key
                             give 0, as flashlib's functions do)
-- :func:`score_grads`       dS = d loss / dS for given scores, V and dO, by autograd
+- :func:`score_grads`       dS = d loss / dS for given scores, V and dO (and a gradient dL
+                            of the logsumexp), by autograd
 - :func:`ladder`            :func:`flashlib.studies.backward.gradient_ladder` with the autograd
                             rung when torch is here, and the sentence in its note when it is not
 """
@@ -81,14 +82,20 @@ def attention_grads(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray,
     return tuple(x.grad.numpy() for x in (tq, tk, tv))  # type: ignore[return-value]
 
 
-def score_grads(S: np.ndarray, V: np.ndarray, dO: np.ndarray) -> np.ndarray:
-    """dS = d sum(dO * softmax(S) V) / dS by torch autograd, in float64: S (n_q, n_k), V (n_k,
-    d_v), dO (n_q, d_v) -> (n_q, n_k).  ModuleNotFoundError (:data:`TORCH_MISSING`) without
-    torch."""
+def score_grads(S: np.ndarray, V: np.ndarray, dO: np.ndarray,
+                dL: np.ndarray | None = None) -> np.ndarray:
+    """dS = d loss / dS by torch autograd, in float64, for ``loss = sum(dO * softmax(S) V)``
+    (plus ``sum(dL * logsumexp(S))`` when ``dL`` is given): S (n_q, n_k), V (n_k, d_v),
+    dO (n_q, d_v), dL (n_q,) -> (n_q, n_k).  ModuleNotFoundError (:data:`TORCH_MISSING`)
+    without torch."""
     torch = _require_torch()
     tS = torch.tensor(np.asarray(S, np.float64), requires_grad=True)
-    o = torch.softmax(tS, dim=-1) @ torch.tensor(np.asarray(V, np.float64))
-    o.backward(torch.tensor(np.asarray(dO, np.float64)))
+    loss = (torch.softmax(tS, dim=-1) @ torch.tensor(np.asarray(V, np.float64))
+            * torch.tensor(np.asarray(dO, np.float64))).sum()
+    if dL is not None:
+        loss = loss + (torch.logsumexp(tS, dim=-1)
+                       * torch.tensor(np.asarray(dL, np.float64))).sum()
+    loss.backward()
     return tS.grad.numpy()
 
 

@@ -6,8 +6,10 @@ Each function shapes what one widget or figure shows, next to the code that draw
 :func:`tiling_frames`, :func:`tiling_widget_data`  the tiling widget: one entry per step of a
     teaching function run on a counting memory (:mod:`flashlib.studies.tiling`)
 :func:`io_widget_data`        the IO-model widget's table: modelled and counted traffic
-:func:`backward_widget_frame`, :func:`backward_widget_data`  the backward widget: saved bytes,
-    FLOPs and which program writes which block
+:func:`backward_widget_frame`, :func:`backward_widget_data`  the backward chapter's data: saved
+    bytes, FLOPs and which program writes which block
+:func:`write_matrix`          the backward widget: which program writes which block of dQ, dK,
+    dV, and which blocks several programs write at once
 :func:`precision_table`       the precision widget's table
 :func:`launch_grid_widget_data`  the GPU chapter's launch-grid widget: where each program's
     loop over keys stops (:func:`flashlib.gpu.grid.key_block_end`)
@@ -53,6 +55,7 @@ __all__ = [
     "io_widget_data",
     "backward_widget_frame",
     "backward_widget_data",
+    "write_matrix",
     "TableRow",
     "precision_table",
 ]
@@ -174,11 +177,19 @@ def io_widget_data(N_values: Iterable[int], d_values: Iterable[int], M_values: I
     is a run on a :class:`CountingMemory` whose SRAM holds exactly M elements (:func:`count_io`),
     for N <= ``count_N`` and at most ``count_tiles`` tiles (None otherwise, or when M cannot
     hold one step, then every entry but the order's name is None).  ``floor``: 4 N d per
-    "N-d" (:func:`flashlib.studies.io_model.minimum_traffic`)."""
-    from flashlib.studies.io_model import minimum_traffic, traffic
+    "N-d" (:func:`flashlib.studies.io_model.minimum_traffic`).
+
+    ``passes``: the mechanism, per key and order, ``[once, per_pass, passes]`` with
+    ``once + per_pass * passes == modelled``: what is moved once, and what is moved again on
+    every pass of the outer loop ("v1": Q, O, l, m for each of T_c key blocks; "v2": K, V for
+    each of T_r query blocks; "standard": S and P, 4 N^2, one "pass").  ``sram``: per key,
+    ``{array: elements}`` one step of "v2" holds (:func:`sram_footprint`), or None."""
+    from flashlib.studies.io_model import minimum_traffic, sram_footprint, traffic
 
     N_values, d_values, M_values = list(N_values), list(d_values), list(M_values)
     rows: dict[str, dict[str, list[int | None]]] = {}
+    passes: dict[str, dict[str, list[int] | None]] = {}
+    sram: dict[str, dict[str, int] | None] = {}
     floor: dict[str, int] = {}
     for N in N_values:
         for d in d_values:
@@ -186,22 +197,32 @@ def io_widget_data(N_values: Iterable[int], d_values: Iterable[int], M_values: I
             standard = traffic("standard", N, N, d).total
             counted_standard = count_io(N, d, None, "standard") if N <= count_N else None
             for M in M_values:
+                key = f"{N}-{d}-{M}"
                 row: dict[str, list[int | None]] = {
                     "standard": [None, None, standard, counted_standard]}
+                passes[key] = {"standard": [standard - 4 * N * N, 4 * N * N, 1]}
+                sram[key] = None
                 for order in ORDERS:
                     try:
                         B_r, B_c = block_sizes(M, d, order, rule="fit")
                     except ValueError:
                         row[order] = [None, None, None, None]
+                        passes[key][order] = None
                         continue
+                    if order == "v1":  # Q, O, l, m again for each key block
+                        passes[key][order] = [2 * N * d + N * (d + 2), N * (3 * d + 4),
+                                              -(-N // B_c)]
+                    else:  # K and V again for each query block
+                        passes[key][order] = [2 * N * d + N, 2 * N * d, -(-N // B_r)]
+                        sram[key] = sram_footprint(order, B_r, B_c, d, n_q=N, n_k=N)
                     modelled = traffic(order, N, N, d, B_r=B_r, B_c=B_c).total
                     tiles = -(-N // B_r) * -(-N // B_c)
                     counted = (count_io(N, d, M, order, rule="fit")
                                if N <= count_N and tiles <= count_tiles else None)
                     row[order] = [B_r, B_c, modelled, counted]
-                rows[f"{N}-{d}-{M}"] = row
+                rows[key] = row
     return {"N_values": N_values, "d_values": d_values, "M_values": M_values,
-            "rows": rows, "floor": floor}
+            "rows": rows, "floor": floor, "passes": passes, "sram": sram}
 
 
 @functools.lru_cache(maxsize=64)
@@ -261,6 +282,51 @@ def backward_widget_data(n_values: Iterable[int] = (256, 512, 1024, 2048),
               for n in n_values for B in block_values for o in orders}
     return {"n_values": n_values, "block_values": block_values, "orders": list(orders),
             "d": d, "frames": frames}
+
+
+#: The gradients the backward widget draws, in its order (rows: every block of each).
+GRADIENTS = ("dQ", "dK", "dV")
+
+
+def write_matrix(programs: dict[str, Any]) -> dict[str, Any]:
+    """Which program writes which block of dQ, dK and dV, from a run's programs
+    (:func:`flashlib.studies.tiling.program_accesses`, the ``programs`` of
+    :func:`backward_widget_frame`).  JSON-able:
+
+    ``columns``  one per program that writes a gradient, in launch order: ``{"stage", "side",
+                 "block"}`` (side "kv": a key block's program, "q": a query block's; block
+                 counted from 1)
+    ``rows``     one per block of each gradient: ``{"array", "block"}`` (block from 1), dQ's
+                 T_r blocks, then dK's and dV's T_c each
+    ``written``  rows x columns of 0/1: whether the program writes the block
+    ``writers``  per row, how many programs write it (more than 1: they collide, and on a GPU,
+                 where they run at the same time, need atomic adds)
+    ``passes``   per stage among the columns, its side and how many programs it launches
+    """
+    counts = {"dQ": programs["T_r"], "dK": programs["T_c"], "dV": programs["T_c"]}
+    rows = [{"array": a, "block": b + 1} for a in GRADIENTS for b in range(counts[a])]
+    index = {(r["array"], r["block"] - 1): k for k, r in enumerate(rows)}
+    columns, cells = [], []
+    for p in programs["programs"]:
+        if p["stage"] < 0:  # the whole-array initialisation (dQ = 0) before any loop
+            continue
+        touched = [index[a, b] for a, runs in p["writes"].items() if a in counts
+                   for start, stop in runs for b in range(start, stop)]
+        if not touched:
+            continue
+        columns.append({"stage": p["stage"], "side": p["side"], "block": p["block"] + 1})
+        cells.append(touched)
+    written = [[0] * len(columns) for _ in rows]
+    for c, touched in enumerate(cells):
+        for r in touched:
+            written[r][c] = 1
+    passes = []
+    for col in columns:
+        if not passes or passes[-1]["stage"] != col["stage"]:
+            passes.append({"stage": col["stage"], "side": col["side"], "programs": 0})
+        passes[-1]["programs"] += 1
+    return {"columns": columns, "rows": rows, "written": written,
+            "writers": [sum(row) for row in written], "passes": passes}
 
 
 class TableRow(NamedTuple):

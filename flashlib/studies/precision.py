@@ -199,6 +199,17 @@ class NumberLine(NamedTuple):
     smallest_normal: float  # below it, subnormals: fewer significant bits
     smallest_subnormal: float  # below half of it, everything rounds to 0
 
+    @property
+    def exponent_bits(self) -> int:
+        """Bits of the exponent: the storage less the sign bit and the fraction bits."""
+        return self.bits - 1 - self.mantissa_bits
+
+    @property
+    def precision(self) -> int:
+        """Significant bits of a normal number: the stored fraction bits plus the implicit
+        leading 1 (a normal number is 1.f x 2**e, and the 1 is not stored)."""
+        return self.mantissa_bits + 1
+
 
 def number_line(dtype: Any) -> NumberLine:
     """Machine epsilon, largest value, smallest normal (and subnormal) of ``dtype``."""

@@ -324,6 +324,27 @@ def test_io_widget_data_counted_runs_equal_the_model():
                 counted += 1
     assert counted >= 4
     assert data["rows"]["48-16-32"]["v1"] == [None, None, None, None]
+    assert data["passes"]["48-16-32"]["v1"] is None
+
+
+def test_io_widget_data_passes_add_up_to_the_model():
+    """The widget draws the traffic as what moves once plus what moves again per pass."""
+    from flashlib.book.widget_data import io_widget_data
+
+    data = io_widget_data([48, 100], [8, 16], [32, 256, 2048], count_N=0)
+    for key, row in data["rows"].items():
+        N, d, M = map(int, key.split("-"))
+        once, per_pass, passes = data["passes"][key]["standard"]
+        assert (once, per_pass, passes) == (4 * N * d, 4 * N * N, 1)
+        for order in ("v1", "v2"):
+            if row[order][0] is None:
+                continue
+            B_r, B_c, modelled, _ = row[order]
+            once, per_pass, passes = data["passes"][key][order]
+            assert once + per_pass * passes == modelled
+            assert passes == -(-N // (B_c if order == "v1" else B_r))
+        if row["v2"][0] is not None:
+            assert sum(data["sram"][key].values()) <= M
 
 
 

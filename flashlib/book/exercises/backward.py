@@ -1,13 +1,18 @@
 """Checkers for the exercises of the backward chapter.
 
-check_delta              ``delta_from_P(P, dP)`` and ``delta_from_O(O, dO)``: D two ways, equal,
-                         and the second forms no (N, N) array (memory probe)
+check_delta_with_dlse    ``delta_with_dlse(O, dO, dL) -> D'``: the D of dS = P * (dP - D') when
+                         the logsumexp L has a gradient dL too, against autograd; no (N, N)
+                         array (memory probe)
 check_ds_tile            ``ds_tile(P_ij, dP_ij, D_i) -> dS_ij``: one tile of dS, against autograd
                          (torch) or the softmax's Jacobian (float64) when torch is missing
 check_p_from_base2       ``p_from_base2(S_ij, M_i) -> P_ij``: P recovered from a base-2
                          logsumexp; the ln 2 mistake recognised and named
 check_finite_differences ``fd_grad(f, X, h) -> grad``: central differences, then the gradient
                          check of the 4 x 3 attention problem
+check_masked_backward    ``masked_flash2_backward(Q, K, V, O, L, dO, mask, B_r, B_c) -> (dQ, dK,
+                         dV)``: FlashAttention-2's tiled backward with a boolean mask, against
+                         autograd (or the naive backward) on ragged shapes and rows that see no
+                         key; each usual mistake named; no (N, N) array (memory probe)
 """
 
 from __future__ import annotations
@@ -20,18 +25,22 @@ import numpy as np
 from flashlib.algorithms import safe_softmax
 from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker, fmt
 from flashlib.core.constants import LN2, LOG2E
+from flashlib.core.masks import causal_bottom_right, dense_mask, key_padding
 from flashlib.core.measure import measure_peak
-from flashlib.fast.naive import naive_attention_backward
+from flashlib.fast.naive import naive_attention, naive_attention_backward
 from flashlib.studies.backward import attention_loss, lse_base2, softmax_vjp
+from flashlib.studies.masking import blind_row_problem
 
 __all__ = [
     "DELTA_CASES",
     "TILE_CASES",
     "FD_PROBLEM",
-    "check_delta",
+    "check_delta_with_dlse",
     "check_ds_tile",
     "check_p_from_base2",
     "check_finite_differences",
+    "MASKED_PROBE",
+    "check_masked_backward",
 ]
 
 
@@ -76,108 +85,95 @@ def _softmax_problem(n_q: int, n_k: int, d_v: int, seed: int, logit: float = 1.0
     return {"S": S, "P": P, "V": V, "O": P @ V, "dO": dO, "dP": dO @ V.T}
 
 
-# --- D two ways -----------------------------------------------------------------------------
+# --- D when the logsumexp has a gradient too ------------------------------------------------
 
-#: (label, n_q, n_k, d_v) of :func:`check_delta`: n_q, n_k and d_v all different first, so
-#: that a sum over the wrong axis has the wrong shape; then a square one, where it has not.
+#: (label, n_q, n_k, d_v) of :func:`check_delta_with_dlse`: n_q, n_k and d_v all different
+#: first, so that a sum over the wrong axis has the wrong shape; then a square one, where it
+#: has not.
 DELTA_CASES = [
     ("37 queries, 29 keys, d_v = 8", 37, 29, 8),
     ("one query row (1 x 5, d_v = 3)", 1, 5, 3),
     ("one key (6 x 1, d_v = 4)", 6, 1, 4),
     ("square (7 x 7, d_v = 7)", 7, 7, 7),
 ]
-#: The memory probe of delta_from_O: N rows, d_v columns (an (N, N) float64 array is 32 MiB).
+#: The memory probe of delta_with_dlse: N rows, d_v columns (an (N, N) float64 array is 32 MiB).
 DELTA_PROBE = (2048, 8)
 
 
-def _delta_P_hint(got: np.ndarray, p: dict[str, np.ndarray]) -> str:
-    P, dP = p["P"], p["dP"]
+def _reference_dS(p: dict[str, np.ndarray], dL: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, str]:
+    """dS of the whole problem (with the logsumexp's gradient dL when given) by autograd when
+    torch is here, else by the softmax's Jacobian plus dL_i P_ij (float64; the two agree to
+    rounding), and the name of the source."""
+    from flashlib.book.autograd import score_grads, torch_available
+
+    if torch_available():
+        return score_grads(p["S"], p["V"], p["dO"], dL), "autograd"
+    dS = softmax_vjp(p["P"], p["dP"])
+    if dL is not None:
+        dS = dS + dL[:, None] * p["P"]
+    return dS, "the softmax's Jacobian"
+
+
+def _delta_dlse_hint(got: np.ndarray, p: dict[str, np.ndarray], dL: np.ndarray) -> str:
+    D = np.sum(p["dO"] * p["O"], axis=-1)
     variants = [
-        (np.sum(dP, axis=-1), "that is rowsum(dP): multiply by P entry by entry first, "
-         "D_i = sum_j P_ij dP_ij"),
-        (np.sum(P, axis=-1), "that is rowsum(P) (all ones): D_i = sum_j P_ij dP_ij"),
-        (np.sum(dP * P, axis=0), "you summed over the queries (axis 0): D_i sums over the "
-         "keys j of row i (axis=-1)"),
-        (np.sum(dP @ P.T, axis=-1), "dP @ P.T mixes row i with every row j: multiply "
-         "elementwise, dP * P, then sum each row"),
+        (D, "that is the chapter's D: it leaves dL out. L_i = log sum_j exp(S_ij), so "
+         "dL_i / dS_ij = P_ij and dL adds dL_i P_ij to dS_ij: fold it into D"),
+        (D + dL, "the sign of dL: dS = P * (dP - D) + dL P = P * (dP - (D - dL))"),
+        (-dL, "D' still holds rowsum(dO * O): dS = P * (dP - D) + dL P"),
+        (dL, "D' still holds rowsum(dO * O), and dL enters with a minus sign: "
+         "D' = D - dL"),
+        (np.sum(p["O"], axis=-1) - dL, "rowsum(O) is not D: D_i = sum_c dO_ic O_ic"),
     ]
     for value, hint in variants:
         if value.shape == got.shape and _close(got, value):
             return hint
-    return "D_i = rowsum(dP_i * P_i): multiply elementwise, sum over the keys (axis=-1)"
+    return ("dS = P * (dP - D) + dL P must equal P * (dP - D'): D' = rowsum(dO * O) - dL, "
+            "one number per row")
 
 
-def _delta_O_hint(got: np.ndarray, p: dict[str, np.ndarray]) -> str:
-    O, dO = p["O"], p["dO"]
-    variants = [
-        (np.sum(O, axis=-1), "that is rowsum(O): multiply by dO entry by entry first, "
-         "D_i = sum_c dO_ic O_ic"),
-        (np.sum(dO, axis=-1), "that is rowsum(dO): D_i = sum_c dO_ic O_ic"),
-        (np.sum(dO * O, axis=0), "you summed over the rows (axis 0): D_i sums over the "
-         "columns c of row i (axis=-1)"),
-        (np.sum(dO @ O.T, axis=-1), "dO @ O.T pairs row i of dO with every row of O: "
-         "multiply elementwise, dO * O, then sum each row"),
-    ]
-    for value, hint in variants:
-        if value.shape == got.shape and _close(got, value):
-            return hint
-    return "D_i = rowsum(dO_i * O_i): multiply elementwise, sum over the columns (axis=-1)"
-
-
-@checker("D two ways")
-def check_delta(fb: Feedback, delta_from_P: Callable[..., Any],
-                delta_from_O: Callable[..., Any] | None = None) -> None:
-    """Check ``delta_from_P(P, dP)`` and ``delta_from_O(O, dO)``: both equal
-    D = rowsum(dP * P) on ragged shapes (vectors (N_q,)), equal to each other, and
-    ``delta_from_O`` allocates no (N, N) array (N = 2048, d_v = 8: a probe of its memory)."""
+@checker("D when L has a gradient")
+def check_delta_with_dlse(fb: Feedback, delta_with_dlse: Callable[..., Any]) -> None:
+    """Check ``delta_with_dlse(O, dO, dL) -> D'`` (O, dO: (N_q, d_v), dL: (N_q,)): the vector
+    for which ``dS = P * (dP - D')`` is the gradient of ``sum(dO * O) + sum(dL * L)`` (L the
+    rows' logsumexp), against autograd (or the softmax's Jacobian without torch), on ragged
+    shapes; and that it allocates no (N, N) array (N = 2048, d_v = 8: a probe of its
+    memory)."""
+    source = ""
     for label, n_q, n_k, d_v in DELTA_CASES:
         p = _softmax_problem(n_q, n_k, d_v, seed=n_q + n_k)
-        want = np.sum(p["dP"] * p["P"], axis=-1)
-        name = f"delta_from_P, {label}"
-        with fb.case(name) as case:
-            got, _ = call_learner(delta_from_P, p["P"].copy(), p["dP"].copy())
-            got = _as_vector(got, n_q, {n_k: "keys"})
-            if not _close(got, want):
-                fb.fail(f"{name}: {_delta_P_hint(got, p)}")
-                return
-        if case.failed:
-            return
-    fb.ok(f"delta_from_P equals rowsum(dP * P) on {len(DELTA_CASES)} shapes")
-    if delta_from_O is None:
-        fb.fail("pass your second function too: check_delta(delta_from_P, delta_from_O)")
-        return
-    for label, n_q, n_k, d_v in DELTA_CASES:
-        p = _softmax_problem(n_q, n_k, d_v, seed=n_q + n_k)
-        name = f"delta_from_O, {label}"
-        with fb.case(name) as case:
-            got, _ = call_learner(delta_from_O, p["O"].copy(), p["dO"].copy())
+        dL = np.random.default_rng(n_q * n_k).standard_normal(n_q)
+        want, source = _reference_dS(p, dL)
+        with fb.case(label) as case:
+            got, _ = call_learner(delta_with_dlse, p["O"].copy(), p["dO"].copy(), dL.copy())
+            if np.shape(got) == (n_q, n_q) and n_q > 1:
+                raise LearnerError("D' has shape (N_q, N_q): dL is a vector of N_q numbers, "
+                                   "subtract it as it is (dL[:, None] broadcasts against "
+                                   "the vector to a matrix)")
             got = _as_vector(got, n_q, {d_v: "columns"})
-            from_P = _as_array(call_learner(delta_from_P, p["P"].copy(), p["dP"].copy())[0],
-                               (n_q,), "D")
-            if not _close(got, np.sum(p["dO"] * p["O"], axis=-1)):
-                fb.fail(f"{name}: {_delta_O_hint(got, p)}")
-                return
-            if not _close(got, from_P):
-                fb.fail(f"{name}: your two functions disagree (largest difference "
-                        f"{np.max(np.abs(got - from_P)):.3g})")
+            dS = p["P"] * (p["dP"] - got[:, None])
+            if not _close(dS, want, 1e-9):
+                fb.fail(f"{label}: {_delta_dlse_hint(got, p, dL)}")
                 return
         if case.failed:
             return
-    fb.ok("delta_from_O equals delta_from_P: rowsum(dO * O) = rowsum(dP * P), since dP = dO V^T "
-          "and O = P V")
+    fb.ok(f"P * (dP - D') equals {source}'s dS on {len(DELTA_CASES)} shapes: "
+          "D' = rowsum(dO * O) - dL")
     N, d_v = DELTA_PROBE
     rng = np.random.default_rng(1)
-    O, dO = rng.standard_normal((N, d_v)), rng.standard_normal((N, d_v))
+    O, dO, dL = rng.standard_normal((N, d_v)), rng.standard_normal((N, d_v)), \
+        rng.standard_normal(N)
     label = f"memory probe (N = {N}, d_v = {d_v})"
     with fb.case(label):
-        (got, _), peak = measure_peak(call_learner, delta_from_O, O, dO)
+        (got, _), peak = measure_peak(call_learner, delta_with_dlse, O, dO, dL)
         limit = N * N * O.itemsize // 4
         if peak >= limit:
-            fb.fail(f"{label}: delta_from_O allocated {peak / 2**20:.1f} MiB, as much as an "
+            fb.fail(f"{label}: delta_with_dlse allocated {peak / 2**20:.1f} MiB, as much as an "
                     f"(N, N) matrix ({N * N * O.itemsize / 2**20:.0f} MiB): dO @ O.T pairs "
                     "every row with every row; multiply elementwise and sum each row")
         else:
-            fb.ok(f"{label}: {peak / 2**20:.2f} MiB allocated, no (N, N) array: D costs "
+            fb.ok(f"{label}: {peak / 2**20:.2f} MiB allocated, no (N, N) array: D' costs "
                   "O(N d) memory")
 
 
@@ -191,16 +187,6 @@ TILE_CASES = [
     ("ragged tile (rows 16:20, keys 8:13 of 20 x 13)", 20, 13, (16, 20), (8, 13)),
     ("one row (row 0, keys 0:7 of 5 x 7)", 5, 7, (0, 1), (0, 7)),
 ]
-
-
-def _reference_dS(p: dict[str, np.ndarray]) -> tuple[np.ndarray, str]:
-    """dS of the whole problem by autograd when torch is here, else by the softmax's Jacobian
-    (float64; the two agree to rounding)."""
-    from flashlib.book.autograd import score_grads, torch_available
-
-    if torch_available():
-        return score_grads(p["S"], p["V"], p["dO"]), "autograd"
-    return softmax_vjp(p["P"], p["dP"]), "the softmax's Jacobian"
 
 
 @checker("dS for one tile")
@@ -402,3 +388,203 @@ def check_finite_differences(fb: Feedback, fd_grad: Callable[..., Any]) -> None:
         else:
             fb.fail(f"{label}: relative errors {', '.join(f'{e:.1e}' for e in errors)} for "
                     "dQ, dK, dV: central differences with this h should agree to about 1e-10")
+
+
+# --- the tiled backward with a mask ---------------------------------------------------------
+
+#: The memory probe of :func:`check_masked_backward`: N queries and keys, head dimension d,
+#: blocks B x B (an (N, N) float64 array is 8 MiB).
+MASKED_PROBE = (1024, 8, 64)
+
+
+def _masked_cases() -> list[tuple[str, tuple[np.ndarray, ...], np.ndarray, int, int]]:
+    """(label, (Q, K, V, dO), mask, B_r, B_c) of :func:`check_masked_backward`, float64.  The
+    first cases have no row that sees no key (so that a mask ignored in the backward shows as
+    a wrong value, not as NaN); then rows that see no key, rows blind in one tile, and scores
+    near -800."""
+    rng = np.random.default_rng(7)
+
+    def problem(n_q: int, n_k: int, d: int = 5, d_v: int = 3) -> tuple[np.ndarray, ...]:
+        return (rng.standard_normal((n_q, d)), rng.standard_normal((n_k, d)),
+                rng.standard_normal((n_k, d_v)), rng.standard_normal((n_q, d_v)))
+
+    cases = [
+        ("causal bottom-right, 13 queries, 17 keys, blocks 4 x 6", problem(13, 17),
+         dense_mask(causal_bottom_right, 13, 17), 4, 6),
+        ("padding: 9 real keys of 14, 11 queries, blocks 5 x 4", problem(11, 14),
+         dense_mask(key_padding(9), 11, 14), 5, 4),
+        ("bottom-right causal, 9 queries, 4 keys, blocks 3 x 3: rows 1-5 see no key",
+         problem(9, 4), dense_mask(causal_bottom_right, 9, 4), 3, 3),
+        ("one query, blocks larger than the problem (1 x 5, blocks 2 x 8)", problem(1, 5),
+         np.ones((1, 5), dtype=bool), 2, 8),
+    ]
+    for shift in (0.0, -800.0):
+        Q, K, V, mask = blind_row_problem(shift=shift)
+        dO = np.random.default_rng(3).standard_normal((len(Q), V.shape[1]))
+        near = "" if shift == 0 else f", their scores near {shift:g}"
+        cases.append((f"window (2, 0) bottom-right, 10 x 8, blocks 5 x 4: rows 1, 2 see no "
+                      f"key, rows 9, 10 none in the first key tile{near}", (Q, K, V, dO),
+                      mask, 5, 4))
+    return cases
+
+
+def _masked_backward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, O: np.ndarray,
+                     L: np.ndarray, dO: np.ndarray, mask: np.ndarray, B_r: int, B_c: int,
+                     mistake: str | None = None) -> tuple[np.ndarray, ...]:
+    """FlashAttention-2's backward with a boolean mask, right (``mistake=None``) or with one of
+    the usual mistakes (see :data:`_MASKED_HINTS`), to recognise them."""
+    N_q, N_k = len(Q), len(K)
+    tau = 1 / np.sqrt(Q.shape[1])
+    g = {"no tau": 1.0, "tau twice": tau * tau}.get(mistake or "", tau)
+    D = np.zeros(N_q) if mistake == "no D" else np.sum(dO * O, axis=1)
+    L_exp = L if mistake == "NaN" else np.where(np.isneginf(L), 0.0, L)
+    dQ, dK, dV = np.zeros_like(Q), np.zeros_like(K), np.zeros_like(V)
+    kept_K, kept_V = np.zeros((B_c, K.shape[1])), np.zeros((B_c, V.shape[1]))
+    for j in range(0, N_k, B_c):
+        K_j, V_j = K[j : j + B_c], V[j : j + B_c]
+        w = len(K_j)
+        if mistake != "no reset":
+            kept_K[:], kept_V[:] = 0, 0
+        dK_j, dV_j = kept_K[:w], kept_V[:w]
+        for i in range(0, N_q, B_r):
+            Q_i, dO_i = Q[i : i + B_r], dO[i : i + B_r]
+            S_ij = (1.0 if mistake == "no tau in S" else tau) * (Q_i @ K_j.T)
+            if mistake != "mask ignored":
+                S_ij = np.where(mask[i : i + B_r, j : j + B_c], S_ij, -np.inf)
+            P_ij = np.exp(S_ij - L_exp[i : i + B_r, None])
+            dV_j += (tau if mistake == "tau on dV" else 1.0) * (P_ij.T @ dO_i)
+            dP_ij = dO_i @ V_j.T
+            D_i = (np.sum(P_ij * dP_ij, axis=1) if mistake == "tile D"
+                   else D[i : i + B_r])
+            dS_ij = P_ij * (dP_ij - D_i[:, None])
+            if mistake == "dQ written":
+                dQ[i : i + B_r] = g * (dS_ij @ K_j)
+            else:
+                dQ[i : i + B_r] += g * (dS_ij @ K_j)
+            dK_j += g * (dS_ij.T @ Q_i)
+        dK[j : j + B_c], dV[j : j + B_c] = dK_j, dV_j
+    return dQ, dK, dV
+
+
+#: The usual mistakes of the masked backward and what :func:`check_masked_backward` says.
+_MASKED_HINTS = {
+    "no D": "dV is right but dK and dQ are not: D is missing. dS_ij = P_ij * (dP_ij - D_i), "
+    "with D = rowsum(dO * O) computed once before the loops",
+    "tile D": "D_i is the whole row's rowsum(dO_i * O_i), computed once before the loops; "
+    "rowsum(P_ij * dP_ij) over one tile covers only that tile's keys",
+    "no tau": "dQ and dK are 1/tau = sqrt(d) times too large: S = tau Q K^T, so "
+    "dQ_i += tau dS_ij K_j and dK_j += tau dS_ij^T Q_i",
+    "tau twice": "dQ and dK carry tau twice (tau^2): S_ij = tau Q_i K_j^T brings one tau "
+    "into dQ and dK, put it in once (in dS or in the two updates, not both)",
+    "no tau in S": "dV is wrong, so P_ij is: recompute it from the scaled scores "
+    "S_ij = tau Q_i K_j^T (L is the logsumexp of those)",
+    "tau on dV": "dV is tau times too small: dV_j = sum_i P_ij^T dO_i has no tau (the scale "
+    "enters dQ and dK only)",
+    "dQ written": "dQ is only the last key block's share: dQ_i = tau sum_j dS_ij K_j sums over "
+    "every key block, so add into dQ (+=), starting from zeros, instead of assigning",
+    "no reset": "dK_j and dV_j carry over from the previous key block: set both to zero at the "
+    "start of each key block j",
+    "mask ignored": "the mask is ignored in the backward: hidden entries have P_ij = 0; set "
+    "S_ij = -inf there before the exponential, as the forward did",
+}
+
+_NAN_HINT = ("NaN in dQ, dK or dV: on a row that sees no key L_i = -inf, and exp(S_ij - L_i) "
+             "= exp(-inf - (-inf)) = NaN on its masked scores; use the forward's guard, "
+             "subtract 0 where L_i = -inf (every score of that row is -inf, so P = 0)")
+
+
+def _grads_close(got: tuple[np.ndarray, ...], want: tuple[np.ndarray, ...]) -> list[bool]:
+    return [bool(g.shape == w.shape and np.all(np.isfinite(g)) and _close(g, w, 1e-9))
+            for g, w in zip(got, want, strict=True)]
+
+
+def _masked_reference(Q: np.ndarray, K: np.ndarray, V: np.ndarray, dO: np.ndarray,
+                      mask: np.ndarray) -> tuple[tuple[np.ndarray, ...], str]:
+    """dQ, dK, dV by torch autograd (rows that see no key give 0), or, without torch,
+    flashlib's naive backward; and the source's name."""
+    from flashlib.book.autograd import attention_grads, torch_available
+
+    if torch_available():
+        return attention_grads(Q, K, V, dO, mask=mask), "autograd"
+    return (naive_attention_backward(Q, K, V, dO, mask=mask),
+            "flashlib's naive_attention_backward (torch is not installed here, so autograd "
+            "is not used)")
+
+
+def _masked_hint(got: tuple[np.ndarray, ...], want: tuple[np.ndarray, ...],
+                 args: tuple[Any, ...], ok: list[bool]) -> str:
+    """What is wrong with a finite answer: a known mistake, else which gradient is off."""
+    for mistake, hint in _MASKED_HINTS.items():
+        if all(_grads_close(got, _masked_backward(*args, mistake=mistake))):
+            return hint
+    names = [n for n, good in zip(("dQ", "dK", "dV"), ok, strict=True) if not good]
+    errs = ", ".join(f"{n} by {_rel(g, w):.2g}" for n, g, w, good
+                     in zip(("dQ", "dK", "dV"), got, want, ok, strict=True) if not good)
+    if not ok[2]:
+        where = "dV = sum_i P_ij^T dO_i is wrong, so P_ij is: check its recompute and the mask"
+    elif not ok[1]:
+        where = "dV is right, so P is: dS_ij = P_ij * (dP_ij - D_i) or the dK_j update is not"
+    else:
+        where = ("dK and dV are right: dQ_i is a sum over every key block, "
+                 "dQ_i += tau dS_ij K_j")
+    return f"{' and '.join(names)} differ ({errs}, relative): {where}"
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.max(np.abs(a - b), initial=0.0) / max(1e-300, float(np.max(np.abs(b),
+                                                                             initial=0.0))))
+
+
+@checker("the tiled backward with a mask")
+def check_masked_backward(fb: Feedback, masked_flash2_backward: Callable[..., Any]) -> None:
+    """Check ``masked_flash2_backward(Q, K, V, O, L, dO, mask, B_r, B_c) -> (dQ, dK, dV)``:
+    FlashAttention-2's backward with a boolean mask (N_q, N_k), O and L from the masked
+    forward (L = -inf on rows that see no key), against autograd (or, without torch, the
+    naive backward) on ragged shapes, rows that see no key, rows blind in one tile and scores
+    near -800; no numpy warning; then a probe of its memory: no (N, N) array."""
+    source = ""
+    for label, (Q, K, V, dO), mask, B_r, B_c in _masked_cases():
+        O, L = naive_attention(Q, K, V, mask=mask, return_lse=True)
+        want, source = _masked_reference(Q, K, V, dO, mask)
+        with fb.case(label) as case:
+            got, warns = call_learner(masked_flash2_backward, Q.copy(), K.copy(), V.copy(),
+                                      O.copy(), L.copy(), dO.copy(), mask.copy(), B_r, B_c)
+            if not (isinstance(got, tuple | list) and len(got) == 3):
+                raise LearnerError("return the tuple (dQ, dK, dV)")
+            got = tuple(_as_array(x, w.shape, name)
+                        for x, w, name in zip(got, want, ("dQ", "dK", "dV"), strict=True))
+            ok = _grads_close(got, want)
+            if all(ok):
+                if warns:
+                    fb.fail(f"{label}: right answer, but numpy warned '{warns[0]}': the guard "
+                            "must avoid computing -inf - (-inf), not hide its NaN")
+                    return
+                continue
+            if not all(np.isfinite(x).all() for x in got):
+                blind = not mask.any(axis=1).all()
+                fb.fail(f"{label}: " + (_NAN_HINT if blind else
+                                        "NaN or inf in dQ, dK or dV: P_ij = exp(S_ij - L_i) "
+                                        "is at most 1 on a row that sees keys"))
+                return
+            fb.fail(f"{label}: {_masked_hint(got, want, (Q, K, V, O, L, dO, mask, B_r, B_c), ok)}")
+            return
+        if case.failed:
+            return
+    fb.ok(f"dQ, dK, dV equal {source} on {len(_masked_cases())} problems: ragged blocks, "
+          "padding, rows that see no key, rows blind in one tile, scores near -800")
+    N, d, B = MASKED_PROBE
+    rng = np.random.default_rng(5)
+    Q, K, V, dO = (rng.standard_normal((N, d)) for _ in range(4))
+    mask = dense_mask(causal_bottom_right, N, N)
+    O, L = naive_attention(Q, K, V, mask=mask, return_lse=True)
+    label = f"memory probe (N = {N}, d = {d}, blocks {B} x {B})"
+    with fb.case(label):
+        _, peak = measure_peak(call_learner, masked_flash2_backward, Q, K, V, O, L, dO, mask,
+                               B, B)
+        limit = N * N * 8 // 4
+        if peak >= limit:
+            fb.fail(f"{label}: {peak / 2**20:.1f} MiB allocated, as much as an (N, N) matrix "
+                    f"({N * N * 8 / 2**20:.0f} MiB): compute S_ij, P_ij, dP_ij and dS_ij one "
+                    "B_r x B_c tile at a time")
+        else:
+            fb.ok(f"{label}: {peak / 2**20:.2f} MiB allocated, no (N, N) array")

@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 #: The shape of :func:`check_standard_count`'s question when the answer is a number.
-STANDARD_PROBLEM = {"N": 1024, "d": 64}
+STANDARD_PROBLEM = {"N": 2000, "d": 80}  # no count the page prints
 #: The shape of :func:`check_crossover`'s question.
 CROSSOVER_PROBLEM = {"N": 1024, "d": 64}
 
@@ -129,15 +129,17 @@ IO_CASES = [(64, 8, 256), (100, 16, 1000), (100, 16, 100), (257, 4, 300), (50, 8
 
 
 @checker("io_count")
-def check_io_count(fb: Feedback, fn: Callable[[int, int, int, str], Any]) -> None:
-    """Check ``io_count(N, d, M, order) -> int``, the elements read plus written by "v1" and
-    "v2" with ``flashlib.studies.io_model.block_sizes(M, d, order)``, against a counting memory
-    running the teaching functions."""
+def check_io_count(fb: Feedback, fn: Callable[[int, int, int, int, str], Any]) -> None:
+    """Check ``io_count(N, d, B_r, B_c, order) -> int``, the elements read plus written by
+    "v1" and "v2" with blocks of B_r query rows and B_c key rows (those of
+    ``flashlib.studies.io_model.block_sizes(M, d, order)`` for each case), against a counting
+    memory running the teaching functions."""
     for N, d, M in IO_CASES:
         for order in ("v1", "v2"):
-            name = f"{order}, N = {N}, d = {d}, M = {M}"
+            B_r, B_c = block_sizes(M, d, order)
+            name = f"{order}, N = {N}, d = {d}, B_r = {B_r}, B_c = {B_c}"
             with fb.case(name):
-                got, _ = call_learner(fn, N, d, M, order)
+                got, _ = call_learner(fn, N, d, B_r, B_c, order)
                 if not _is_number(got):
                     raise LearnerError(f"return a number, got {got!r}")
                 want = count_io(N, d, M, order, rule="paper")
@@ -147,7 +149,7 @@ def check_io_count(fb: Feedback, fn: Callable[[int, int, int, str], Any]) -> Non
                             f"the counting memory moved {want:,} elements")
                 fb.fail(f"{name}: {got:,} is not right: {hint}")
                 return
-    fb.ok(f"equal to the counting memory for both orders on {len(IO_CASES)} (N, d, M)")
+    fb.ok(f"equal to the counting memory for both orders on {len(IO_CASES)} (N, d, B_r, B_c)")
 
 
 #: (N, d) of :func:`check_crossover` when the answer is a function.
@@ -156,10 +158,12 @@ CROSSOVER_CASES = [(1024, 64), (4096, 128), (512, 16)]
 
 @checker("the crossover M")
 def check_crossover(fb: Feedback, answer: Any) -> None:
-    """Check the M (elements) below which Algorithm 1 (the paper's blocks) moves more than
-    standard attention: a function ``crossover(N, d)`` (checked on :data:`CROSSOVER_CASES`)
-    or a number for :data:`CROSSOVER_PROBLEM`.  Any M in the block size on either side of
-    the threshold is accepted (the counts change only when ceil(M / 4d) does)."""
+    """Check the M (elements) below which FlashAttention-2's order, with the paper's blocks
+    given to its outer loop (``block_sizes(M, d, "v2")``), moves more than standard attention:
+    a function ``crossover(N, d)`` (checked on :data:`CROSSOVER_CASES`) or a number for
+    :data:`CROSSOVER_PROBLEM`.  Any M in the block size on either side of the threshold is
+    accepted (the counts change only when ceil(M / 4d) does).  The chapter prints Algorithm
+    1's threshold; this one is FlashAttention-2's."""
     if answer is None:
         fb.fail("not attempted yet: replace None with your M")
         return
@@ -170,21 +174,25 @@ def check_crossover(fb: Feedback, answer: Any) -> None:
             got = call_learner(answer, N, d)[0] if callable(answer) else answer
             if not _is_number(got) or not math.isfinite(float(got)) or got <= 0:
                 raise LearnerError(f"give M as a positive number of elements, got {got!r}")
-            M_star = crossover_M(N, d)
+            M_star = crossover_M(N, d, "v2")
             std = io_count(N, d, None, "standard")
             if M_star - 4 * d <= got < M_star + 4 * d:
                 fb.ok(f"{name}: M = {got:g}; the threshold is M = {M_star:,} elements (about "
-                      f"{M_star / d**2:.1f} d^2); below it Algorithm 1 moves more than the "
-                      f"{std:,} of standard attention")
+                      f"{M_star / d**2:.1f} d^2); below it FlashAttention-2's order moves "
+                      f"more than the {std:,} of standard attention")
                 continue
-            flash = io_count(N, d, int(min(max(got, d), N * d)), "v1")
+            flash = io_count(N, d, int(min(max(got, d), N * d)), "v2")
             verdict = "more" if flash > std else "fewer"
-            hint = ": compare io_count at several M"
+            hint = ": compare io_count(N, d, M, \"v2\") at several M"
+            v1_star = crossover_M(N, d, "v1")
+            if v1_star is not None and v1_star - 4 * d <= got < v1_star + 4 * d:
+                hint = (": that is Algorithm 1's threshold (order \"v1\"); FlashAttention-2's "
+                        "order reads Q once and re-reads only K and V, so it pays off sooner")
             for factor, unit in ((2, "fp16"), (4, "fp32")):
                 if M_star - 4 * d <= got / factor < M_star + 4 * d:
                     hint = f": that is bytes in {unit}; M counts elements"
-            fb.fail(f"{name}: at M = {got:g} Algorithm 1 moves {flash:,} elements, {verdict} "
-                    f"than standard attention's {std:,}{hint}")
+            fb.fail(f"{name}: at M = {got:g} FlashAttention-2's order moves {flash:,} "
+                    f"elements, {verdict} than standard attention's {std:,}{hint}")
             return
 
 

@@ -1,12 +1,15 @@
 """Checkers for the exercises of the masking chapter (book/masking.md).
 
-check_tile_class       ``tile_class(i0, i1, j0, j1, lo, hi, length) -> "empty" | "partial" |
-                       "full"``: a tile's class from the band and the key length, checked as a
-                       property against the dense mask over random tiles
+check_tile_class       ``tile_class(i0, i1, j0, j1, lo, hi, start, stop) -> "empty" | "partial"
+                       | "full"``: a tile's class from the band and the real keys start <= j <
+                       stop (padding on both sides), checked as a property against the dense
+                       mask over random tiles
 check_blind_rows       ``blind_rows(n_q, n_k, d_v) -> (rows, O_rows, lse_rows)``: the rows that
                        see no key under the bottom-right causal mask, and their output
 check_guarded_forward  ``guarded_forward(Q, K, V, mask, B_r, B_c) -> (O, L)``: the careless
-                       kernel :func:`careless_forward` fixed, fed all-masked tiles
+                       kernel :func:`careless_forward` fixed, fed all-masked tiles and a row
+                       blind in one tile whose scores in the next lie far below 0 (which
+                       catches the guard stored into m)
 check_window_size      ``window_size_for(W) -> (left, right)``: flash-attn's ``window_size`` for
                        "W tokens including the current one"
 """
@@ -29,6 +32,7 @@ from flashlib.core.masks import (
     sliding_window,
 )
 from flashlib.fast.naive import naive_attention
+from flashlib.studies.masking import blind_row_problem
 
 __all__ = [
     "TILE_CASES",
@@ -43,16 +47,18 @@ CLASSES = ("empty", "partial", "full")
 
 
 def _tile_cases(count: int = 400, seed: int = 0) -> list[tuple[int, ...]]:
-    """(n_q, n_k, B_r, B_c, lo, hi, length) drawn at random; lo, hi may be None (no bound)."""
+    """(n_q, n_k, B_r, B_c, lo, hi, start, stop) drawn at random; lo, hi may be None (no
+    bound); the real keys are start <= j < stop (padding on the left, on the right, or both)."""
     rng = np.random.default_rng(seed)
     cases = []
     for _ in range(count):
         n_q, n_k = (int(x) for x in rng.integers(1, 40, size=2))
         lo = None if rng.random() < 0.3 else int(rng.integers(-15, 6))
         hi = None if rng.random() < 0.3 else int(rng.integers(-5, 15))
-        length = int(rng.integers(0, n_k + 1)) if rng.random() < 0.5 else n_k
+        stop = int(rng.integers(0, n_k + 1)) if rng.random() < 0.5 else n_k
+        start = int(rng.integers(0, stop + 1)) if rng.random() < 0.5 else 0
         cases.append((n_q, n_k, int(rng.integers(1, 12)), int(rng.integers(1, 12)), lo, hi,
-                      length))
+                      start, stop))
     return cases
 
 
@@ -60,9 +66,11 @@ def _tile_cases(count: int = 400, seed: int = 0) -> list[tuple[int, ...]]:
 TILE_CASES = _tile_cases()
 
 
-def _dense_band(n_q: int, n_k: int, lo: int | None, hi: int | None, length: int) -> np.ndarray:
+def _dense_band(n_q: int, n_k: int, lo: int | None, hi: int | None, start: int,
+                stop: int) -> np.ndarray:
     rel = np.arange(n_k)[None, :] - np.arange(n_q)[:, None]  # j - i
-    seen = np.arange(n_k)[None, :] < length
+    keys = np.arange(n_k)[None, :]
+    seen = (keys >= start) & (keys < stop)
     if lo is not None:
         seen = seen & (rel >= lo)
     if hi is not None:
@@ -70,25 +78,49 @@ def _dense_band(n_q: int, n_k: int, lo: int | None, hi: int | None, length: int)
     return np.broadcast_to(seen, (n_q, n_k))
 
 
+def _band_with_start(i0: int, i1: int, j0: int, j1: int, lo: int | None, hi: int | None,
+                     start: int, stop: int | None) -> str:
+    """The class of a tile of the band with real keys start <= j < stop (stop None: no end),
+    from :func:`band_tile_class` on the keys from max(j0, start): full only if no key of the
+    tile is left padding."""
+    first = max(j0, start)
+    if first >= j1:
+        return "empty"
+    got = band_tile_class(i0, i1, first, j1, lo, hi, stop)
+    return "partial" if got == "full" and first > j0 else got
+
+
 def _wrong_tile_class(kind: str, i0: int, i1: int, j0: int, j1: int, lo: int | None,
-                      hi: int | None, length: int) -> str:
+                      hi: int | None, start: int, stop: int) -> str:
     """The usual mistakes, to recognise them."""
+    if kind == "no left padding":
+        return band_tile_class(i0, i1, j0, j1, lo, hi, stop)
     if kind == "no padding":
         return band_tile_class(i0, i1, j0, j1, lo, hi, None)
+    if kind == "start excluded":  # start taken as the last padding key
+        return _band_with_start(i0, i1, j0, j1, lo, hi, start + 1, stop)
+    if kind == "full despite left padding":
+        first = max(j0, start)
+        return "empty" if first >= j1 else band_tile_class(i0, i1, first, j1, lo, hi, stop)
     if kind == "exclusive ends":  # i1 and j1 taken as the last row and key (off by one)
-        return band_tile_class(i0, i1 + 1, j0, j1 + 1, lo, hi, length)
+        return _band_with_start(i0, i1 + 1, j0, j1 + 1, lo, hi, start, stop)
+    got = _band_with_start(i0, i1, j0, j1, lo, hi, start, stop)
     if kind == "never empty":
-        got = band_tile_class(i0, i1, j0, j1, lo, hi, length)
         return "partial" if got == "empty" else got
     if kind == "never full":
-        got = band_tile_class(i0, i1, j0, j1, lo, hi, length)
         return "partial" if got == "full" else got
     raise ValueError(kind)
 
 
 _TILE_HINTS = {
-    "no padding": "the key length is ignored: keys j >= length are hidden too, so a tile "
-    "reaching past it is never full, and one starting at or past it is empty",
+    "no left padding": "the left padding is ignored: keys j < start are hidden too, so a tile "
+    "that reaches below start is never full, and one that ends at or below it is empty",
+    "no padding": "the padding is ignored: only keys start <= j < stop are real, so a tile "
+    "that reaches outside them is never full, and one wholly outside them is empty",
+    "start excluded": "off by one at start: key start is the first real key (start <= j), "
+    "not the last padding one",
+    "full despite left padding": "a tile whose first keys are left padding (j0 < start) is "
+    "partial, never full: those keys are hidden from every row",
     "exclusive ends": "off by one: i1 and j1 are one past the tile's last row and key (the "
     "last ones are i1 - 1 and j1 - 1)",
     "never empty": "you never answer empty: a tile whose every entry is hidden is skipped",
@@ -98,19 +130,19 @@ _TILE_HINTS = {
 
 @checker("tile class")
 def check_tile_class(fb: Feedback, fn: Callable[..., Any]) -> None:
-    """Check ``tile_class(i0, i1, j0, j1, lo, hi, length)`` on every tile of
+    """Check ``tile_class(i0, i1, j0, j1, lo, hi, start, stop)`` on every tile of
     :data:`TILE_CASES` against the dense mask (row i sees key j when i + lo <= j <= i + hi and
-    j < length; lo or hi None: no bound)."""
+    start <= j < stop; lo or hi None: no bound)."""
     wrong: list[tuple[tuple, str, str]] = []
     checked = 0
-    for n_q, n_k, B_r, B_c, lo, hi, length in TILE_CASES:
-        dense = _dense_band(n_q, n_k, lo, hi, length)
+    for n_q, n_k, B_r, B_c, lo, hi, start, stop in TILE_CASES:
+        dense = _dense_band(n_q, n_k, lo, hi, start, stop)
         for i0 in range(0, n_q, B_r):
             for j0 in range(0, n_k, B_c):
                 i1, j1 = min(i0 + B_r, n_q), min(j0 + B_c, n_k)
                 tile = dense[i0:i1, j0:j1]
                 want = "empty" if not tile.any() else "full" if tile.all() else "partial"
-                args = (i0, i1, j0, j1, lo, hi, length)
+                args = (i0, i1, j0, j1, lo, hi, start, stop)
                 got, _ = call_learner(fn, *args)
                 checked += 1
                 if got not in CLASSES:
@@ -120,7 +152,8 @@ def check_tile_class(fb: Feedback, fn: Callable[..., Any]) -> None:
                     wrong.append((args, got, want))
     if not wrong:
         fb.ok(f"all {checked} tiles of {len(TILE_CASES)} random problems (windows, causal "
-              "diagonals, padding, ragged tiles) classified as the dense mask says")
+              "diagonals, padding on either side, ragged tiles) classified as the dense mask "
+              "says")
         return
     args, got, want = wrong[0]
     hint = next((h for kind, h in _TILE_HINTS.items()
@@ -177,11 +210,13 @@ def check_blind_rows(fb: Feedback, fn: Callable[[int, int, int], Any]) -> None:
                 fb.fail(f"{label}: O on a row that sees no key is 0 (an empty sum of values)")
             elif not np.isneginf(lse_rows).all():
                 fb.fail(f"{label}: lse is the log of an empty sum of exponentials: log(0) = "
-                        "-inf (so that exp(S - lse) = 0 in the backward pass)")
+                        "-inf, as flashlib returns it (a backward pass then gives the row "
+                        "P = 0 itself: exp(S - lse) would be exp(-inf + inf) = NaN)")
             elif warns:
                 fb.fail(f"{label}: right answer, but numpy warned '{warns[0]}'")
             else:
-                fb.ok(f"{label}: rows {want.tolist()}, O = 0 and lse = -inf there")
+                fb.ok(f"{label}: rows {want.tolist()}, O = 0 and lse = -inf there (flash-attn "
+                      "stores +inf instead, so that its backward's exp(S - lse) is 0)")
 
 
 # --- find the NaN ----------------------------------------------------------------------------
@@ -213,60 +248,95 @@ def careless_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndarr
     return O, L
 
 
-def _nan_cases() -> list[tuple[str, int, int, int, int, np.ndarray]]:
-    """(label, N_q, N_k, B_r, B_c, mask): all-masked tiles of several kinds."""
-    window = dense_mask(sliding_window(3, 0), 12, 12)
-    return [
+def _nan_cases() -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int,
+                               int]]:
+    """(label, Q, K, V, mask, B_r, B_c): all-masked tiles of several kinds, then a row blind in
+    its first key tile whose visible scores, in the next, lie near -800."""
+    rng = np.random.default_rng(0)
+    masks = [
         ("a sliding window of 4 keys (12 x 12, B_r = B_c = 4): later rows' first tile is "
-         "all masked", 12, 12, 4, 4, window),
-        ("bottom-right causal, 9 queries, 4 keys: the first rows see no key", 9, 4, 4, 2,
+         "all masked", 4, 4, dense_mask(sliding_window(3, 0), 12, 12)),
+        ("bottom-right causal, 9 queries, 4 keys: the first rows see no key", 4, 2,
          dense_mask(causal_bottom_right, 9, 4)),
-        ("padding: sequence of 5 real keys in 10, the last tile all masked", 6, 10, 3, 5,
+        ("padding: sequence of 5 real keys in 10, the last tile all masked", 3, 5,
          dense_mask(key_padding(5), 6, 10)),
-        ("left padding: the first 5 keys hidden", 6, 10, 3, 4,
+        ("left padding: the first 5 keys hidden", 3, 4,
          dense_mask(lambda i, j, n_q, n_k: j >= 5, 6, 10)),
-        ("no mask at all (6 x 7)", 6, 7, 4, 3, np.ones((6, 7), dtype=bool)),
-        ("a window and padding together", 10, 10, 4, 4,
+        ("no mask at all (6 x 7)", 4, 3, np.ones((6, 7), dtype=bool)),
+        ("a window and padding together", 4, 4,
          dense_mask(padded(sliding_window(2, 1), 7), 10, 10)),
     ]
+    cases = []
+    for label, B_r, B_c, mask in masks:
+        n_q, n_k = mask.shape
+        Q, K, V = (rng.standard_normal((n, 5)) for n in (n_q, n_k, n_k))
+        cases.append((label, Q, K, V, mask, B_r, B_c))
+    # Issue 23's case: row 1 sees only keys 5-8, in the second key tile, with scores near -800.
+    Q, K, V = (rng.standard_normal((8, n)) for n in (4, 4, 3))
+    Q[0] = 10.0  # so that row 1's score with key j is 5 * sum(K_j)
+    K[4:] = FAR_SCORE / 20 + 0.05 * rng.standard_normal((4, 4))
+    mask = np.ones((8, 8), dtype=bool)
+    mask[0, :4] = False
+    cases.append((f"8 queries, 8 keys, d = 4, blocks 4 x 4: row 1 sees only keys 5-8, with "
+                  f"scores near {FAR_SCORE:g}", Q, K, V, mask, 4, 4))
+    Q, K, V, mask = blind_row_problem(shift=FAR_SCORE)
+    cases.append((f"window (2, 0) bottom-right, 10 queries, 8 keys, blocks 5 x 4: rows 9 and "
+                  f"10 see nothing in the first key tile and, in the second, scores near "
+                  f"{FAR_SCORE:g}", Q, K, V, mask, 5, 4))
+    return cases
+
+
+#: The scores of the last case of :func:`check_guarded_forward`: far enough below 0 that
+#: exp(S - 0) underflows in float64, so that a guard stored into m_i shows.
+FAR_SCORE = -800.0
 
 
 @checker("find the NaN")
 def check_guarded_forward(fb: Feedback, fn: Callable[..., Any]) -> None:
     """Check ``guarded_forward(Q, K, V, mask, B_r, B_c) -> (O, L)`` against masked attention on
     tiles where a row sees no key (before it sees some, or at all): no NaN, no warning, O = 0
-    and L = -inf on rows that see no key."""
-    rng = np.random.default_rng(0)
-    for label, n_q, n_k, B_r, B_c, mask in _nan_cases():
-        Q, K, V = (rng.standard_normal((n, 5)) for n in (n_q, n_k, n_k))
+    and L = -inf on rows that see no key; and on a row blind in one tile whose scores in the
+    next lie near -800, where a guard stored into m_i underflows."""
+    for label, Q, K, V, mask, B_r, B_c in _nan_cases():
+        n_q, d_v = len(Q), V.shape[1]
         with fb.case(label):
-            got, warns = call_learner(fn, Q, K, V, mask.copy(), B_r, B_c)
+            got, warns = call_learner(fn, Q.copy(), K.copy(), V.copy(), mask.copy(), B_r, B_c)
             if not (isinstance(got, tuple) and len(got) == 2):
                 fb.fail(f"{label}: return (O, L)")
                 continue
             O, L = (np.asarray(x, dtype=np.float64) for x in got)
-            problem = shape_problem(O, (n_q, 5), "O") or shape_problem(L, (n_q,), "L")
+            problem = shape_problem(O, (n_q, d_v), "O") or shape_problem(L, (n_q,), "L")
             if problem:
                 fb.fail(f"{label}: {problem}")
                 continue
             want, lse = naive_attention(Q, K, V, mask=mask, return_lse=True)
             blind = ~mask.any(axis=1)
             bad = ~np.isfinite(O).all(axis=1)
+            lost = ~blind & (O == 0).all(axis=1) & np.isneginf(L) & (want != 0).any(axis=1)
             if bad[~blind].any():
                 fb.fail(f"{label}: NaN on rows that do see keys (rows "
-                        f"{np.flatnonzero(bad & ~blind).tolist()}): their first tile was all "
-                        "masked, so m_new = -inf and exp(S - m_new) = exp(-inf - (-inf)) = "
-                        "NaN; exponentiate against 0 while the maximum is still -inf")
+                        f"{(np.flatnonzero(bad & ~blind) + 1).tolist()}, counted from 1): "
+                        "their first tile was all masked, so m_new = -inf and exp(S - m_new) "
+                        "= exp(-inf - (-inf)) = NaN; exponentiate against 0 while the maximum "
+                        "is still -inf")
             elif bad.any():
                 fb.fail(f"{label}: NaN or inf on the rows that see no key: l_i = 0 there; "
                         "give O = 0 (do not divide by 0)")
+            elif lost.any():
+                fb.fail(f"{label}: rows {(np.flatnonzero(lost) + 1).tolist()} (counted from 1) "
+                        "see keys but came out as O = 0, L = -inf: you stored the guard's 0 in "
+                        "m_i. After a tile where the row saw nothing its running maximum is "
+                        "then 0, not -inf, and exp(S - 0) of scores near "
+                        f"{FAR_SCORE:g} underflows to 0. Keep m_i = m_new (still -inf) and use "
+                        "0 only inside the exponents")
             elif np.max(np.abs(O - want)) > 1e-9:
                 fb.fail(f"{label}: O differs from masked attention by "
                         f"{np.max(np.abs(O - want)):.3g}")
             elif not np.isneginf(L[blind]).all():
                 fb.fail(f"{label}: L on a row that sees no key must be -inf (log of an empty "
                         f"sum), got {L[blind][~np.isneginf(L[blind])][0]!r}")
-            elif np.max(np.abs(L[~blind] - lse[~blind]), initial=0.0) > 1e-9:
+            elif np.max(np.abs(L[~blind] - lse[~blind]), initial=0.0) > 1e-9 * max(
+                    1.0, float(np.max(np.abs(lse[~blind]), initial=0.0))):
                 fb.fail(f"{label}: O is right but L is not the logsumexp m_i + log(l_i)")
             elif warns:
                 fb.fail(f"{label}: right answer, but numpy warned '{warns[0]}': the guard "
@@ -296,8 +366,8 @@ def check_window_size(fb: Feedback, fn: Callable[[int], Any]) -> None:
                 fb.ok(f"{label}: window_size = ({W - 1}, 0), {W} keys per row")
                 continue
             if right != 0:
-                hint = (f"right = {right} lets each query see {right} future keys: causal "
-                        "attention needs right = 0")
+                hint = (f"right = {right} lets each query see {right} future keys (with "
+                        "causal=False, which the window alone must make causal): right = 0")
                 if left == W:
                     hint += (f", and left = {W} gives {W + 1} past and current keys: both bounds "
                              "are inclusive")

@@ -10,7 +10,18 @@ from flashlib.algorithms import masked_flash_forward
 from flashlib.book.exercises import NOT_ATTEMPTED
 from flashlib.book.exercises import masking as mx
 from flashlib.core.masks import band_tile_class
-from tests.helpers import assert_fails_with, crashing, not_attempted, text
+from flashlib.studies.masking import blind_row_problem, stored_guard_forward
+from tests.helpers import (
+    assert_fails_with,
+    book_solution,
+    crashing,
+    max_err,
+    not_attempted,
+    reference_attention,
+    text,
+    torch,
+    torch_attention,
+)
 
 ALL = [mx.check_tile_class, mx.check_blind_rows, mx.check_guarded_forward,
        mx.check_window_size]
@@ -24,17 +35,53 @@ def test_not_attempted_and_crashing(check):
 
 # ---- tile class ------------------------------------------------------------------------------
 
-def test_tile_class_right_and_wrong():
-    assert mx.check_tile_class(band_tile_class).passed
+TILE_SOLUTION = book_solution("masking", "ex-masking-tile-class")["tile_class"]
+
+
+def with_start(i0, i1, j0, j1, lo, hi, start, stop):
+    """A right answer written another way: the library's band on the keys from start."""
+    first = max(j0, start)
+    if first >= j1:
+        return "empty"
+    got = band_tile_class(i0, i1, first, j1, lo, hi, stop)
+    return "partial" if got == "full" and first > j0 else got
+
+
+def test_tile_class_right():
+    assert mx.check_tile_class(TILE_SOLUTION).passed, text(mx.check_tile_class(TILE_SOLUTION))
+    assert mx.check_tile_class(with_start).passed
+
+
+def test_tile_class_library_function_is_not_the_answer():
+    """The student edition shows band_tile_class (the deep dive): it answers padding on the
+    right only, and its 7 arguments do not fit (issue 25)."""
+    assert_fails_with(mx.check_tile_class(band_tile_class), "TypeError")
     assert_fails_with(mx.check_tile_class(
-        lambda i0, i1, j0, j1, lo, hi, n: band_tile_class(i0, i1, j0, j1, lo, hi, None)),
-        "key length is ignored")
-    assert_fails_with(mx.check_tile_class(
-        lambda i0, i1, j0, j1, lo, hi, n: band_tile_class(i0, i1 + 1, j0, j1 + 1, lo, hi, n)),
-        "off by one")
-    never_empty = mx.check_tile_class(
-        lambda *a: "partial" if band_tile_class(*a) == "empty" else band_tile_class(*a))
-    assert_fails_with(never_empty, "never answer empty")
+        lambda i0, i1, j0, j1, lo, hi, start, stop: band_tile_class(i0, i1, j0, j1, lo, hi,
+                                                                    stop)),
+        "left padding is ignored")
+
+
+@pytest.mark.parametrize(("mistake", "phrase"), [
+    (lambda i0, i1, j0, j1, lo, hi, start, stop:
+     band_tile_class(i0, i1, j0, j1, lo, hi, None), "the padding is ignored"),
+    (lambda i0, i1, j0, j1, lo, hi, start, stop:
+     with_start(i0, i1, j0, j1, lo, hi, start + 1, stop), "off by one at start"),
+    (lambda i0, i1, j0, j1, lo, hi, start, stop:
+     "empty" if max(j0, start) >= j1 else band_tile_class(i0, i1, max(j0, start), j1, lo,
+                                                          hi, stop),
+     "partial, never full"),
+    (lambda i0, i1, j0, j1, lo, hi, start, stop:
+     with_start(i0, i1 + 1, j0, j1 + 1, lo, hi, start, stop), "off by one: i1 and j1"),
+    (lambda *a: "partial" if with_start(*a) == "empty" else with_start(*a),
+     "never answer empty"),
+    (lambda *a: "partial" if with_start(*a) == "full" else with_start(*a), "never answer full"),
+])
+def test_tile_class_mistakes_named(mistake, phrase):
+    assert_fails_with(mx.check_tile_class(mistake), phrase)
+
+
+def test_tile_class_wrong_kinds():
     assert_fails_with(mx.check_tile_class(lambda *a: "partial"), "tiles wrong")
     assert_fails_with(mx.check_tile_class(lambda *a: 1), "return one of the strings")
 
@@ -75,8 +122,12 @@ def final_guard_only(Q, K, V, mask, B_r, B_c):
     return O, L
 
 
+GUARDED_SOLUTION = book_solution("masking", "ex-masking-find-the-nan")["guarded_forward"]
+
+
 def test_guarded_forward():
-    assert mx.check_guarded_forward(guarded).passed, text(mx.check_guarded_forward(guarded))
+    for answer in (guarded, GUARDED_SOLUTION):
+        assert mx.check_guarded_forward(answer).passed, text(mx.check_guarded_forward(answer))
     with np.errstate(invalid="ignore", divide="ignore"):
         careless = mx.check_guarded_forward(mx.careless_forward)
     assert_fails_with(careless, "exp(-inf - (-inf))")
@@ -92,6 +143,33 @@ def test_guarded_forward():
         np.log(np.zeros(1))
         return guarded(*args)
     assert_fails_with(mx.check_guarded_forward(warns), "numpy warned")
+
+
+def test_guard_stored_in_m_is_caught():
+    """Issue 23: storing the guard's 0 into m_i passes every all-masked-tile case; the row
+    blind in one tile whose scores in the next lie near -800 catches it, and names it."""
+    fb = mx.check_guarded_forward(stored_guard_forward)
+    assert_fails_with(fb, "stored the guard's 0 in m_i", "rows [1]", "rows [9, 10]")
+    assert text(fb).count("  x  ") == 2, text(fb)
+
+
+@pytest.mark.parametrize(("score", "dtype"), [(-800.0, np.float64), (-1000.0, np.float64),
+                                              (-100.0, np.float32)])
+def test_guarded_solution_on_rows_blind_in_one_tile(score, dtype):
+    """The book's solution of 6.3 agrees with the reference and torch on rows blind in one
+    tile that see keys with scores far below 0 in the next (issue 23's "done when")."""
+    Q, K, V, mask = blind_row_problem(shift=score, dtype=dtype)
+    O, L = GUARDED_SOLUTION(Q, K, V, mask, 5, 4)
+    ref, ref_lse = reference_attention(Q, K, V, mask=mask)
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    assert max_err(O, ref) <= tol
+    sees = mask.any(axis=1)
+    assert np.isneginf(L[~sees]).all()
+    assert np.max(np.abs(L[sees] - ref_lse[sees])) <= tol * abs(score)
+    if torch is not None:
+        t = torch_attention(*(torch.from_numpy(x.astype(np.float64)) for x in (Q, K, V)),
+                            mask=mask).numpy()
+        assert max_err(O[sees], t[sees]) <= tol
 
 
 # ---- window_size ----------------------------------------------------------------------------

@@ -14,7 +14,8 @@ from flashlib.book.exercises import NOT_ATTEMPTED
 from flashlib.book.exercises import io_model as ix
 from flashlib.book.exercises import tiling as tx
 from flashlib.fast.online import merge_partials
-from flashlib.studies.io_model import block_sizes, crossover_M, sram_footprint
+from flashlib.studies import io_model
+from flashlib.studies.io_model import crossover_M, sram_footprint
 from tests.helpers import assert_fails_with, crashing, max_err, not_attempted, text
 from tools.paths import ROOT
 
@@ -306,8 +307,7 @@ def test_standard_count():
 
 # ---- io_count ------------------------------------------------------------------------------
 
-def io_count(N, d, M, order, *, init=True, lm=True, ceil=True, reads_only=False):
-    B_r, B_c = block_sizes(M, d, order)
+def io_count(N, d, B_r, B_c, order, *, init=True, lm=True, ceil=True, reads_only=False):
     T_r = -(-N // B_r) if ceil else N // B_r
     T_c = -(-N // B_c) if ceil else N // B_c
     if order == "v1":
@@ -325,14 +325,16 @@ def test_io_count_accepts_the_right_formula():
 
 
 @pytest.mark.parametrize(("fn", "phrase"), [
-    (lambda N, d, M, o: io_count(N, d, M, o, init=False), "initialised in HBM first"),
-    (lambda N, d, M, o: io_count(N, d, M, o, lm=False, init=o == "v1"), "l and m move too"),
-    (lambda N, d, M, o: io_count(N, d, M, o, ceil=False), "the last, shorter one counts"),
-    (lambda N, d, M, o: io_count(N, d, M, "v2" if o == "v1" else "v1"), "the other order"),
-    (lambda N, d, M, o: io_count(N, d, M, o, reads_only=True), "the reads only"),
-    (lambda N, d, M, o: 2 * io_count(N, d, M, o), "bytes in fp16"),
-    (lambda N, d, M, o: 7, "the counting memory moved"),
-    (lambda N, d, M, o: "a lot", "return a number"),
+    (lambda N, d, r, c, o: io_count(N, d, r, c, o, init=False), "initialised in HBM first"),
+    (lambda N, d, r, c, o: io_count(N, d, r, c, o, lm=False, init=o == "v1"),
+     "l and m move too"),
+    (lambda N, d, r, c, o: io_count(N, d, r, c, o, ceil=False), "the last, shorter one counts"),
+    (lambda N, d, r, c, o: io_count(N, d, r, c, "v2" if o == "v1" else "v1"), "the other order"),
+    (lambda N, d, r, c, o: io_count(N, d, r, c, o, reads_only=True), "the reads only"),
+    (lambda N, d, r, c, o: 2 * io_count(N, d, r, c, o), "bytes in fp16"),
+    (lambda N, d, r, c, o: 7, "the counting memory moved"),
+    (lambda N, d, r, c, o: "a lot", "return a number"),
+    (io_model.io_count, "your function raised"),  # the chapter's own function: not an answer
     (crashing, "your function raised"),
 ])
 def test_io_count_recognises_the_usual_mistakes(fn, phrase):
@@ -340,8 +342,8 @@ def test_io_count_recognises_the_usual_mistakes(fn, phrase):
 
 
 def test_io_count_v2_without_L():
-    def no_L(N, d, M, o):
-        return io_count(N, d, M, o) - (N if o == "v2" else 0)
+    def no_L(N, d, r, c, o):
+        return io_count(N, d, r, c, o) - (N if o == "v2" else 0)
 
     assert_fails_with(ix.check_io_count(no_L), "L is written too")
     assert ix.check_io_count(not_attempted).problems == [NOT_ATTEMPTED]
@@ -351,17 +353,20 @@ def test_io_count_v2_without_L():
 
 def test_crossover():
     N, d = ix.CROSSOVER_PROBLEM["N"], ix.CROSSOVER_PROBLEM["d"]
-    M_star = crossover_M(N, d)
+    M_star = crossover_M(N, d, "v2")
     assert ix.check_crossover(M_star).passed
-    assert ix.check_crossover(M_star - 1).passed and ix.check_crossover(3 * d * d).passed
-    assert ix.check_crossover(crossover_M).passed
-    assert ix.check_crossover(lambda N, d: crossover_M(N, d) + 2 * d).passed  # same block
-    assert_fails_with(ix.check_crossover(2 * d * d), "more than standard attention")
+    assert ix.check_crossover(M_star - 1).passed and ix.check_crossover(M_star + 100).passed
+    assert ix.check_crossover(lambda N, d: crossover_M(N, d, "v2")).passed
+    assert ix.check_crossover(lambda N, d: crossover_M(N, d, "v2") + 2 * d).passed  # same block
+    assert_fails_with(ix.check_crossover(d * d), "more than standard attention")
     assert_fails_with(ix.check_crossover(8 * d * d), "fewer than standard attention")
-    assert_fails_with(ix.check_crossover(lambda N, d: 2 * d * d),
-                      "N = 1024, d = 64: at M = 8192")
+    assert_fails_with(ix.check_crossover(lambda N, d: d * d), "N = 1024, d = 64: at M = 4096")
     assert_fails_with(ix.check_crossover(2 * M_star), "bytes in fp16")
-    assert_fails_with(ix.check_crossover(lambda N, d: 4 * crossover_M(N, d)), "bytes in fp32")
+    assert_fails_with(ix.check_crossover(lambda N, d: 4 * crossover_M(N, d, "v2")),
+                      "bytes in fp32")
+    # the threshold the chapter prints, Algorithm 1's, and the function it imports
+    assert_fails_with(ix.check_crossover(crossover_M(N, d)), "Algorithm 1's threshold")
+    assert_fails_with(ix.check_crossover(crossover_M), "Algorithm 1's threshold")
     assert_fails_with(ix.check_crossover(-3), "positive number")
     assert_fails_with(ix.check_crossover("big"), "positive number")
     assert_fails_with(ix.check_crossover(None), "not attempted yet")
