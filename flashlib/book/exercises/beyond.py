@@ -2,20 +2,70 @@
 
 check_split_kv         ``split_kv(q, K, V, n_splits)``: split-KV decoding, merged by logsumexp
 check_grouped_query    ``gqa(q, k, v)``: grouped-query attention without copying K and V
+
+Both refuse an answer that lets the library do the exercise (the page imports
+``flash_attention`` and ``decode_attention``, which would pass): :func:`_watching_library`.
 check_kv_grad          ``kv_grad(dk_rep, h_kv)``: the gradient of a K/V head shared by a group
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from flashlib import naive_attention
+import flashlib
+from flashlib import algorithms, naive_attention
 from flashlib.book.exercises import Feedback, call_learner, checker, shape_problem
 from flashlib.core.measure import measure_peak
+from flashlib.fast import decoding
 
 __all__ = ["check_split_kv", "check_grouped_query", "check_kv_grad"]
+
+
+#: The library's attention functions, by the name a learner would import them under: an
+#: answer that calls them is watched (:func:`_watching_library`).
+LIBRARY_ATTENTION = {
+    "flash_attention": flashlib.flash_attention,
+    "naive_attention": flashlib.naive_attention,
+    "standard_attention": algorithms.standard_attention,
+    "grouped_query_attention": algorithms.grouped_query_attention,
+    "split_kv_decode": algorithms.split_kv_decode,
+    "decode_attention": decoding.decode_attention,
+}
+
+
+@contextlib.contextmanager
+def _watching_library(fn: Callable[..., object]) -> Iterator[list[tuple[str, int]]]:
+    """While the block runs, the library's attention functions that ``fn`` reaches through its
+    global names (``from flashlib import flash_attention`` in the notebook, then a call) are
+    replaced by recorders that call them and note (name, number of keys) per call.  Restored
+    afterwards.  A function that reaches the library another way (``flashlib.x(...)``, a
+    helper defined elsewhere) is not seen: a guard for the common shortcut, not a sandbox."""
+    calls: list[tuple[str, int]] = []
+    scope = getattr(fn, "__globals__", None)
+    if not isinstance(scope, dict):
+        yield calls
+        return
+    library = {id(f): name for name, f in LIBRARY_ATTENTION.items()}
+    saved = {key: value for key, value in scope.items() if id(value) in library}
+
+    def recorder(key: str, real: Callable[..., object]) -> Callable[..., object]:
+        @functools.wraps(real)
+        def record(*args: object, **kwargs: object) -> object:
+            k = args[1] if len(args) > 1 else kwargs.get("k", kwargs.get("K"))
+            calls.append((library[id(real)], int(np.shape(k)[-2]) if np.ndim(k) >= 2 else -1))
+            return real(*args, **kwargs)
+        return record
+
+    try:
+        for key, real in saved.items():
+            scope[key] = recorder(key, real)
+        yield calls
+    finally:
+        scope.update(saved)
 
 
 def _group_sum_reference(x: np.ndarray, h_kv: int, interleaved: bool = False) -> np.ndarray:
@@ -82,9 +132,22 @@ def check_split_kv(fb: Feedback, fn: Callable[..., np.ndarray]) -> None:
     for name, splits, args in cases:
         with fb.case(name):
             q, k, v = _decode_problem(*args)
-            got, warns = call_learner(fn, q.copy(), k.copy(), v.copy(), splits)
+            with _watching_library(fn) as calls:
+                got, warns = call_learner(fn, q.copy(), k.copy(), v.copy(), splits)
             want = naive_attention(q, k, v)
             problem = shape_problem(got, want.shape)
+            merged = {"split_kv_decode", "decode_attention"} & {c for c, _ in calls}
+            whole = [c for c, n in calls if n == len(k)] if splits > 1 else []
+            if merged:
+                fb.fail(f"{name}: you called {merged.pop()}, which splits and merges for "
+                        "you: attend over each share yourself (flash_attention(..., "
+                        "return_lse=True) is allowed) and write the merge")
+                continue
+            if whole:
+                fb.fail(f"{name}: you called {whole[0]} on all {len(k)} keys at once: each "
+                        f"split attends over its own share of {-(-len(k) // splits)} keys, "
+                        "and your code merges the shares")
+                continue
             if problem:
                 fb.fail(f"{name}: {problem}")
                 continue
@@ -134,10 +197,15 @@ def check_grouped_query(fb: Feedback, fn: Callable[..., np.ndarray]) -> None:
             q = rng.standard_normal((*lead, h_q, n_q, d))
             k = rng.standard_normal((*lead, h_kv, n_k, d))
             v = rng.standard_normal((*lead, h_kv, n_k, d_v))
-            got, warns = call_learner(fn, q, k, v)
+            with _watching_library(fn) as calls:
+                got, warns = call_learner(fn, q, k, v)
             want = _gqa_reference(q, k, v)
             problem = shape_problem(got, want.shape)
-            if problem:
+            if calls:
+                fb.fail(f"{name}: you called {calls[0][0]}, which does grouped-query "
+                        "attention for you; the exercise asks for numpy: group the query "
+                        "heads with a reshape and let matmul broadcast k and v")
+            elif problem:
                 fb.fail(f"{name}: {problem}")
             elif np.allclose(got, want, rtol=1e-9, atol=1e-12):
                 fb.ok(f"{name}: correct")
