@@ -25,7 +25,8 @@ Style (every diagram of the book):
 idea, drawn here): what standard attention and FlashAttention keep where;
 :func:`precision_diagram` is the Precision chapter's: in which format each number is kept;
 :func:`launch_grid_diagram` is the GPU chapter's: the Triton kernel's programs and the key
-tiles each one visits (:func:`flashlib.gpu.grid.tile_map`).
+tiles each one visits (:func:`flashlib.gpu.grid.tile_map`); :func:`fa3_schedule_diagram` is
+Beyond's: FlashAttention-3's schedules as timelines (:func:`flashlib.studies.beyond.fa3_timeline`).
 """
 
 from __future__ import annotations
@@ -37,11 +38,12 @@ from typing import Any
 import numpy as np
 
 from flashlib.book.plots import OKABE_ITO, check_alt
+from flashlib.studies.beyond import fa3_timeline
 
 __all__ = ["Diagram", "memory_diagram", "softmax_passes_diagram", "merge_diagram",
            "tiling_diagram", "ladder_diagram", "backward_diagram", "BACKWARD_MATMULS",
            "precision_diagram", "launch_grid_diagram", "hierarchy_diagram", "split_kv_diagram",
-           "WIDTH"]
+           "fa3_schedule_diagram", "WIDTH"]
 
 #: Width of every diagram's viewBox, in SVG units (about pixels on a phone).
 WIDTH = 360
@@ -613,4 +615,72 @@ def split_kv_diagram(N: int, d: int, n_splits: int, itemsize: int) -> Diagram:
         dg.arrow(x + col / 2, 186, 180, 222)
     dg.box(60, 224, 240, 60, "merge", fill="bluish_green")
     dg.text(180, 270, "O = Σ exp(L_s - L) O_s", anchor="middle")
+    return dg
+
+
+def fa3_schedule_diagram(exp_share: float, tiles: int = 2) -> Diagram:
+    """Three timelines of one SM on a shared time axis, from
+    :func:`flashlib.studies.beyond.fa3_timeline`: one warpgroup doing each step after the last,
+    two warpgroups in ping-pong, and one warpgroup pipelining its softmax under its next
+    matmuls. ``exp_share``: exponential time over matmul time (the softmax of a tile takes
+    ``2 * exp_share`` matmul units); ``tiles``: key tiles per warpgroup."""
+    panels = [
+        ("serial", "one after the other: one warpgroup", ["warpgroup 1"], ["WG 1"]),
+        ("ping-pong", "ping-pong: two warpgroups take turns", ["warpgroup 1", "warpgroup 2"],
+         ["WG 1", "WG 2"]),
+        ("pipelined", "pipelined inside one warpgroup", ["tensor cores", "softmax"],
+         ["matmul", "exp"]),
+    ]
+    timelines = {name: fa3_timeline(name, exp_share, tiles) for name, *_ in panels}
+    span = max(stop for ops in timelines.values() for _, _, stop, _, _ in ops)
+    x0, row_h = 58.0, 24.0
+    scale = (WIDTH - x0 - 4) / span
+    summaries = {}
+    for name, ops in timelines.items():
+        busy = sum(b - a for _, a, b, kind, _ in ops if kind == "matmul")
+        end = max(b for _, _, b, _, _ in ops)
+        steps = tiles * (2 if name == "ping-pong" else 1)
+        summaries[name] = (f"{steps} tiles in {end:.1f} units, tensor cores busy "
+                           f"{busy / end:.0%}")
+    alt = (f"Three timelines of one GPU multiprocessor, time running to the right, in units of "
+           f"one tile's matmul; a tile's softmax takes {2 * exp_share:.2g} units. One after "
+           f"the other: a warpgroup computes Q K transposed, then its softmax, then P V, and "
+           f"the tensor cores wait during each softmax ({summaries['serial']}). Ping-pong: two "
+           f"warpgroups with their own query rows alternate, one doing its softmax while the "
+           f"other does its matmuls ({summaries['ping-pong']}). Pipelined: one warpgroup "
+           f"issues the next tile's Q K transposed and the previous tile's P V while it "
+           f"computes the softmax of the current tile ({summaries['pipelined']}).")
+    caption = (f"FlashAttention-3's overlaps as a schematic timeline (our model, not a measured "
+               f"trace): matmuls (blue) on the tensor cores, softmax (orange) on the exp units; "
+               f"a softmax takes {2 * exp_share:.2g} matmul units, as computed above.")
+    height = 26 + sum(18 + row_h * len(rows) + 20 for *_, rows, _ in panels) + 20
+    dg = Diagram(height, alt=alt, caption=caption)
+    for k, (kind, text) in enumerate((("matmul", "matmul (tensor cores)"),
+                                      ("softmax", "softmax (exp)"))):
+        x = 0 if k == 0 else 200
+        dg._el("rect", x=_fmt(x), y="4", width="14", height="14", rx=2,
+               fill=OKABE_ITO["blue" if kind == "matmul" else "vermillion"], fill_opacity=0.4)
+        dg.text(x + 19, 16, text)
+    y = 26.0
+    for name, title, rows, short in panels:
+        dg.text(0, y + 13, title, bold=True)
+        y += 18
+        for row, label in zip(rows, short, strict=True):
+            dg.text(0, y + row_h / 2 + 4, label)
+            for r, a, b, kind, name_ in timelines[name]:
+                if r != row:
+                    continue
+                fill = OKABE_ITO["blue" if kind == "matmul" else "vermillion"]
+                dg._el("rect", x=_fmt(x0 + a * scale + 1), y=_fmt(y + 2),
+                       width=_fmt((b - a) * scale - 2), height=_fmt(row_h - 4), rx=2,
+                       fill=fill, fill_opacity=0.35, stroke=fill, stroke_width=1)
+                if (b - a) * scale >= 30:
+                    dg.text(x0 + (a + b) / 2 * scale, y + row_h / 2 + 4, name_,
+                            anchor="middle")
+            y += row_h
+        dg.text(x0, y + 14, summaries[name], italic=True)
+        y += 20
+    dg._el("line", x1=_fmt(x0), y1=_fmt(y + 2), x2=_fmt(WIDTH - 4), y2=_fmt(y + 2),
+           stroke="currentColor", stroke_width=1, marker_end="url(#flashlib-arrow)")
+    dg.text(WIDTH - 4, y + 16, f"time ({span:g} matmul units)", anchor="end")
     return dg

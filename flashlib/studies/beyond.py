@@ -4,7 +4,9 @@
 (whose checked library twin is :func:`flashlib.fast.decoding.decode_attention`), as a tree,
 level by level (the chapter's widget draws it), behind the library's checks;
 :func:`kv_cache_bytes` is the size of the cache that grouped-query attention
-(:func:`flashlib.algorithms.grouped_query_attention`) shrinks.
+(:func:`flashlib.algorithms.grouped_query_attention`) shrinks; :func:`fa3_timeline` is a
+model of FlashAttention-3's schedules (one after the other, ping-pong between two warpgroups,
+the two-stage pipeline inside one), from which the chapter's timeline diagram is drawn.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from flashlib.fast.decoding import split_ranges
 __all__ = [
     "split_kv_tree",
     "kv_cache_bytes",
+    "fa3_timeline",
+    "Interval",
 ]
 
 
@@ -73,3 +77,78 @@ def kv_cache_bytes(*, layers: int, kv_heads: int, head_dim: int, tokens: int, it
         ("layers", layers), ("kv_heads", kv_heads), ("head_dim", head_dim), ("tokens", tokens),
         ("itemsize", itemsize), ("batch", batch))]
     return 2 * math.prod(values)
+
+
+#: One operation on a timeline: (row, start, stop, kind, label); kind is "matmul" (tensor
+#: cores) or "softmax" (the exponentials, on the special-function units).
+Interval = tuple[str, float, float, str, str]
+
+SCHEDULES = ("serial", "ping-pong", "pipelined")
+
+
+def fa3_timeline(schedule: str, exp_share: float, tiles: int) -> list[Interval]:
+    """A model of one SM's timeline over ``tiles`` key tiles, in units of one matmul of a tile.
+
+    Per tile the matmuls are S_j = Q K_j^T and P_j V_j, one unit each; the softmax of S_j
+    takes ``2 * exp_share`` units (``exp_share``: exponential time over matmul time, the
+    chapter's computation from the H100's throughputs).  The tensor cores run one matmul at a
+    time.  ``schedule``:
+
+    - "serial": one warpgroup, each step after the last (QK, softmax, PV per tile);
+    - "ping-pong": two warpgroups (rows "warpgroup 1", "warpgroup 2"), each with its own
+      query rows and ``tiles`` tiles, taking turns on the tensor cores: one's softmax runs
+      while the other's matmuls do;
+    - "pipelined": one warpgroup whose iteration j issues S_j, then P_{j-1} V_{j-1}, and
+      runs the softmax of S_j while P_{j-1} V_{j-1} is on the tensor cores (rows "tensor
+      cores", "softmax").
+
+    A schematic model (no memory loads, no contention for the exp units): its point is which
+    operations can overlap, not a prediction of a kernel's time.  Tiles are numbered from 1.
+    """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule: expected one of {SCHEDULES}, got {schedule!r}")
+    if isinstance(exp_share, bool) or not isinstance(exp_share, (int, float)) or not (
+            0 < exp_share <= 4):
+        raise ValueError(f"exp_share: expected a number in (0, 4], got {exp_share!r}")
+    tiles = check_int(tiles, "tiles", minimum=1)
+    soft = 2.0 * float(exp_share)
+    out: list[Interval] = []
+    if schedule == "serial":
+        t = 0.0
+        for j in range(1, tiles + 1):
+            out.append(("warpgroup 1", t, t + 1, "matmul", f"QK_{j}"))
+            out.append(("warpgroup 1", t + 1, t + 1 + soft, "softmax", f"exp_{j}"))
+            t += 1 + soft
+            out.append(("warpgroup 1", t, t + 1, "matmul", f"P_{j}V_{j}"))
+            t += 1
+        return out
+    if schedule == "ping-pong":
+        # each warpgroup's matmul bursts: [QK_1], [P_1V_1, QK_2], ..., [P_T V_T]
+        bursts = [[f"QK_{1}"]] + [[f"P_{j}V_{j}", f"QK_{j + 1}"] for j in range(1, tiles)]
+        bursts.append([f"P_{tiles}V_{tiles}"])
+        free, ready = 0.0, [0.0, 0.0]
+        for b, burst in enumerate(bursts):
+            for w in (0, 1):  # the warpgroups take turns on the tensor cores
+                row = f"warpgroup {w + 1}"
+                t = max(free, ready[w])
+                for name in burst:
+                    out.append((row, t, t + 1, "matmul", name))
+                    t += 1
+                free = t
+                if b < tiles:
+                    out.append((row, t, t + soft, "softmax", f"exp_{b + 1}"))
+                    ready[w] = t + soft
+        return out
+    # pipelined, one warpgroup: the softmax of S_j runs under P_{j-1} V_{j-1}
+    out.append(("tensor cores", 0.0, 1.0, "matmul", "QK_1"))
+    out.append(("softmax", 1.0, 1.0 + soft, "softmax", "exp_1"))
+    soft_done, pv_done = 1.0 + soft, 1.0
+    for j in range(2, tiles + 1):
+        t = max(soft_done, pv_done)
+        out.append(("tensor cores", t, t + 1, "matmul", f"QK_{j}"))
+        out.append(("tensor cores", t + 1, t + 2, "matmul", f"P_{j - 1}V_{j - 1}"))
+        out.append(("softmax", t + 1, t + 1 + soft, "softmax", f"exp_{j}"))
+        soft_done, pv_done = t + 1 + soft, t + 2
+    t = max(soft_done, pv_done)
+    out.append(("tensor cores", t, t + 1, "matmul", f"P_{tiles}V_{tiles}"))
+    return out

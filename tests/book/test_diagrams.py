@@ -49,3 +49,20 @@ def test_memory_diagram_tile_label_clears_its_size():
     name_y = float(re.search(r'<text x="[0-9.]+" y="([0-9.]+)"[^>]*>S<tspan', svg)[1])
     size_y = float(re.search(r'<text x="[0-9.]+" y="([0-9.]+)"[^>]*>128×128', svg)[1])
     assert size_y - name_y >= 18, (name_y, size_y)
+
+
+def test_fa3_schedule_diagram_says_what_the_model_computed():
+    from flashlib.book.diagrams import fa3_schedule_diagram
+
+    dg = fa3_schedule_diagram(0.5)
+    svg = dg.svg()
+    assert f'viewBox="0 0 {WIDTH} ' in svg
+    assert min(float(s) for s in re.findall(r'<text [^>]*font-size="([0-9.]+)"', svg)) >= 12
+    for text in ("ping-pong", "pipelined", "tensor cores busy 100%", "tensor cores busy 67%"):
+        assert text in svg
+    # every tile of every row is drawn and labelled (QK_1 written with a subscript)
+    assert svg.count(">QK<") == 2 + 4 + 2
+    assert "4 tiles in 8.0 units" in dg.alt and "softmax takes 1 units" in dg.alt
+    rects = [float(x) + float(w) for x, w in re.findall(
+        r'<rect x="([0-9.]+)" y="[0-9.]+" width="([0-9.]+)"', svg)]
+    assert max(rects) <= WIDTH

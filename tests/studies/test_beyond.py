@@ -31,3 +31,39 @@ def test_split_kv_tree_root_is_the_output_and_its_checks():
         args = {"q": q, "K": K, "V": V, "n_splits": 3, **bad}
         with pytest.raises(err, match=match):
             split_kv_tree(args["q"], args["K"], args["V"], args["n_splits"])
+
+
+def test_fa3_timeline_schedules():
+    """The tensor cores run one matmul at a time, each warpgroup's steps follow its data
+    dependencies, and the overlaps shorten a tile: serial > pipelined > ping-pong (per tile)."""
+    from flashlib.studies.beyond import fa3_timeline
+
+    share, tiles = 0.5, 5
+    per_tile = {}
+    for schedule, steps in (("serial", tiles), ("ping-pong", 2 * tiles), ("pipelined", tiles)):
+        ops = fa3_timeline(schedule, share, tiles)
+        mm = sorted((a, b) for _, a, b, kind, _ in ops if kind == "matmul")
+        assert len(mm) == 2 * steps  # S_j = Q K_j^T and P_j V_j per tile
+        assert all(b1 <= a2 + 1e-12 for (_, b1), (a2, _) in zip(mm, mm[1:], strict=False))
+        soft = [(a, b) for _, a, b, kind, _ in ops if kind == "softmax"]
+        assert len(soft) == steps and all(abs(b - a - 2 * share) < 1e-12 for a, b in soft)
+        # a tile's softmax starts after its QK and ends before its PV
+        for row in {r for r, *_ in ops}:
+            by_name = {name: (a, b) for r, a, b, _, name in ops if r == row}
+            for j in range(1, tiles + 1):
+                if f"exp_{j}" in by_name and f"QK_{j}" in by_name:
+                    assert by_name[f"QK_{j}"][1] <= by_name[f"exp_{j}"][0] + 1e-12
+        for j in range(1, tiles + 1):
+            names = [(r, a, b, n) for r, a, b, _, n in ops]
+            for r, _, b, n in names:
+                if n == f"exp_{j}":
+                    pv = [a2 for r2, a2, _, n2 in names if n2 == f"P_{j}V_{j}"
+                          and (r2 == r or schedule == "pipelined")]
+                    assert min(pv) >= b - 1e-12
+        per_tile[schedule] = max(b for _, _, b, _, _ in ops) / steps
+    assert per_tile["serial"] == pytest.approx(2 + 2 * share)
+    assert per_tile["ping-pong"] < per_tile["pipelined"] < per_tile["serial"]
+    for bad, err in [(("fast", 0.5, 2), "schedule"), (("serial", 0.0, 2), "exp_share"),
+                     (("serial", True, 2), "exp_share"), (("serial", 0.5, 0), "tiles")]:
+        with pytest.raises(ValueError, match=err):
+            fa3_timeline(*bad)

@@ -54,7 +54,7 @@ def test_sample_report_shows_every_kind_of_result():
         assert f"| {student} | {student}/beyond.ipynb |" in report
     for status in ("passed", "failed", "timeout", "not attempted"):
         assert status in report
-    assert "refused: your code calls flashlib's" in report  # frank's library answers
+    assert "refused: you called flash_attention" in report  # frank's library answers
     assert "the book's published solution, unchanged" in report  # a flag
     assert "The students' code ran confined:" in report
     assert "you averaged the splits' outputs" in report  # a checker's diagnosis

@@ -2,16 +2,23 @@
 
 check_split_kv         ``split_kv(q, K, V, n_splits)``: split-KV decoding, merged by logsumexp
 check_grouped_query    ``gqa(q, k, v)``: grouped-query attention without copying K and V
+
+Both refuse an answer that lets the library do the exercise (the page imports
+``flash_attention`` and ``decode_attention``, which would pass): a ``forbid`` spec over
+:data:`LIBRARY_ATTENTION` (:func:`flashlib.book.exercises.forbidding`, which also holds in
+the grader's sandbox).
 check_kv_grad          ``kv_grad(dk_rep, h_kv)``: the gradient of a K/V head shared by a group
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
 
-from flashlib import naive_attention
+import flashlib
+from flashlib import algorithms, naive_attention
 from flashlib.book.exercises import (
     ATTENTION,
     Feedback,
@@ -23,8 +30,55 @@ from flashlib.book.exercises import (
     warned,
 )
 from flashlib.core.measure import measure_peak
+from flashlib.fast import decoding
 
 __all__ = ["check_split_kv", "check_grouped_query", "check_kv_grad"]
+
+
+#: The library's attention functions, by the name a learner would import them under: an
+#: answer that calls them is refused (:func:`_refusing`).
+LIBRARY_ATTENTION = {
+    "flash_attention": flashlib.flash_attention,
+    "naive_attention": flashlib.naive_attention,
+    "standard_attention": algorithms.standard_attention,
+    "grouped_query_attention": algorithms.grouped_query_attention,
+    "split_kv_decode": algorithms.split_kv_decode,
+    "decode_attention": decoding.decode_attention,
+}
+
+
+def _library_names(*short: str) -> list[str]:
+    """The dotted names of the library functions :data:`LIBRARY_ATTENTION` calls ``short``."""
+    return [f"{LIBRARY_ATTENTION[n].__module__}.{LIBRARY_ATTENTION[n].__name__}" for n in short]
+
+
+def _refusing(why: Callable[[str, list], str | None]) -> dict[str, Callable[[list], str | None]]:
+    """A ``forbid`` spec over every function of :data:`LIBRARY_ATTENTION`: a call is refused
+    with ``why(its short name, the shapes of its arguments)`` unless that is None."""
+    return {dotted: functools.partial(why, short)
+            for short, dotted in zip(LIBRARY_ATTENTION, _library_names(*LIBRARY_ATTENTION),
+                                     strict=True)}
+
+
+def _split_kv_refusal(n_keys: int, splits: int, short: str, shapes: list) -> str | None:
+    """Why a call of the library's ``short`` in split-KV decoding is refused: the ones that
+    split and merge, always; the others on all ``n_keys`` keys at once."""
+    if short in ("split_kv_decode", "decode_attention"):
+        return (f"you called {short}, which splits and merges for you: attend over each "
+                "share yourself (flash_attention(..., return_lse=True) is allowed) and write "
+                "the merge")
+    k = shapes[1] if len(shapes) > 1 else None
+    if splits > 1 and k is not None and len(k) >= 2 and k[-2] >= n_keys:
+        return (f"you called {short} on all {n_keys} keys at once: each split attends over "
+                f"its own share of {-(-n_keys // splits)} keys, and your code merges the "
+                "shares")
+    return None
+
+
+def _gqa_refusal(short: str, shapes: list) -> str:
+    return (f"you called {short}, which does grouped-query attention for you; the exercise "
+            "asks for numpy: group the query heads with a reshape and let matmul broadcast k "
+            "and v")
 
 
 def _group_sum_reference(x: np.ndarray, h_kv: int, interleaved: bool = False) -> np.ndarray:
@@ -77,21 +131,7 @@ def _decode_problem(seed: int, n_q: int, n: int, d: int, d_v: int, logit: float 
     return q, k, rng.standard_normal((n, d_v))
 
 
-def _all_keys_at_once(n_keys: int):
-    """The rule of split-KV: the library's attention may compute a share, not all the keys."""
-    def rule(shapes: list) -> str | None:
-        k = shapes[1] if len(shapes) > 1 else None
-        if k is not None and len(k) >= 2 and k[-2] >= n_keys:
-            return (f"your code runs flashlib's attention over all {n_keys} keys at once: "
-                    "compute each share of the keys on its own, then merge")
-        return None
-
-    return rule
-
-
-@checker("split-KV decoding",
-         forbid=names("flashlib.algorithms.split_kv_decode",
-                      "flashlib.studies.beyond.split_kv_tree"))
+@checker("split-KV decoding", forbid=names("flashlib.studies.beyond.split_kv_tree"))
 def check_split_kv(fb: Feedback, fn: Callable[..., np.ndarray]) -> None:
     """Check ``split_kv(q, K, V, n_splits)`` -> attention of q (n_q, d) over K (N, d), V (N, d_v)
     computed on ``n_splits`` shares of the keys and merged with the logsumexps."""
@@ -105,9 +145,8 @@ def check_split_kv(fb: Feedback, fn: Callable[..., np.ndarray]) -> None:
     for name, splits, args in cases:
         with fb.case(name):
             q, k, v = _decode_problem(*args)
-            whole = {lib: _all_keys_at_once(len(k)) for lib in ATTENTION
-                     if lib != "flashlib.algorithms.split_kv_decode" and splits > 1}
-            with forbidding(whole):
+            refusal = functools.partial(_split_kv_refusal, len(k), splits)
+            with forbidding(_refusing(refusal)):
                 got, warns = call_learner(fn, q.copy(), k.copy(), v.copy(), splits)
             want = naive_attention(q, k, v)
             problem = shape_problem(got, want.shape)
@@ -143,8 +182,7 @@ def _gqa_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, interleaved: boo
     return naive_attention(q, np.take(k, heads, axis=-3), np.take(v, heads, axis=-3))
 
 
-@checker("grouped-query attention",
-         forbid=names(ATTENTION))
+@checker("grouped-query attention", forbid=names(ATTENTION) | _refusing(_gqa_refusal))
 def check_grouped_query(fb: Feedback, fn: Callable[..., np.ndarray]) -> None:
     """Check ``gqa(q, k, v)``: q (..., h_q, n_q, d), k (..., h_kv, n_k, d), v (..., h_kv, n_k,
     d_v) -> (..., h_q, n_q, d_v), query head h with K/V head h // (h_q // h_kv), and without a

@@ -9,6 +9,7 @@ import numpy as np
 from flashlib import flash_attention
 from flashlib.book.exercises import NOT_ATTEMPTED
 from flashlib.book.exercises import beyond as bx
+from flashlib.fast.decoding import decode_attention
 from tests.helpers import assert_fails_with, crashing, not_attempted, text
 
 
@@ -66,6 +67,22 @@ def test_split_kv():
     common(bx.check_split_kv)
 
 
+def test_split_kv_refuses_the_library_shortcuts():
+    """Issue 25: the page imports flash_attention and decode_attention; an answer that lets
+    them do the split or skips it is refused by name, and the names are restored after."""
+
+    def whole(q, K, V, n_splits):  # no split at all: exact, so only the calls tell
+        return flash_attention(q, K, V)
+
+    def library(q, K, V, n_splits):
+        return decode_attention(q, K, V, n_splits=n_splits)
+
+    assert_fails_with(bx.check_split_kv(whole), "on all 1000 keys at once")
+    assert_fails_with(bx.check_split_kv(library), "you called decode_attention")
+    assert globals()["flash_attention"] is bx.LIBRARY_ATTENTION["flash_attention"]
+    assert globals()["decode_attention"] is bx.LIBRARY_ATTENTION["decode_attention"]
+
+
 def _gqa(q, k, v, order="group"):
     *lead, h_q, n_q, d = q.shape
     h_kv = k.shape[-3]
@@ -96,4 +113,7 @@ def test_grouped_query():
     assert_fails_with(bx.check_grouped_query(lambda *a: _gqa(*a, order="tile")), "h % h_kv")
     assert_fails_with(bx.check_grouped_query(lambda q, k, v: _gqa(q, k, v)[..., 0, :]),
                       "has shape")
+    assert_fails_with(bx.check_grouped_query(lambda q, k, v: flash_attention(q, k, v)),
+                      "you called flash_attention")
+    assert globals()["flash_attention"] is bx.LIBRARY_ATTENTION["flash_attention"]
     common(bx.check_grouped_query)
