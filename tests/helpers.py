@@ -241,6 +241,38 @@ def crashing(*args):
     raise ValueError("oops")
 
 
+def learner_copy(fn):
+    """A learner's copy of a library function: its source compiled again in a copy of its
+    module's namespace, as a student who pasted the code the page shows hands it in.  The
+    checkers refuse the library's own function where the exercise asks for it
+    (flashlib.book.exercises.forbidding), not a copy of its code."""
+    import inspect
+    import textwrap
+
+    original = inspect.unwrap(fn)
+    namespace = dict(original.__globals__)
+    exec(compile(textwrap.dedent(inspect.getsource(original)),  # noqa: S102
+                 f"<a copy of {original.__qualname__}>", "exec"), namespace)
+    return namespace[original.__name__]
+
+
+def student_notebook(chapter, answers: dict[str, str]):
+    """The student edition's notebook of ``chapter`` (book/NAME.md) with the code of the
+    exercise cells ``answers`` names (``{"3.2": code}``) replaced: a student's hand-in."""
+    import copy
+
+    import nbformat
+
+    from tools import grade, notebooks
+
+    nb = copy.deepcopy(nbformat.read(notebooks.target(chapter, student=True), as_version=4))
+    cells = grade.exercise_cells(nb)
+    for number, source in answers.items():
+        (index,) = cells[number]
+        nb.cells[index].source = source.strip("\n")
+    return nb
+
+
 def solution_code(chapter: str, label: str) -> str:
     """The Python code blocks (```python) of exercise ``label``'s solution in book/<chapter>.md,
     joined: the book's own answer, for the checker tests to run (never a pasted copy)."""

@@ -4,13 +4,14 @@ Registered in _config.yml (``sphinx: local_extensions: tools.book_extension: ./`
 on ``sys.path`` because Jupyter Book adds the ``local_extensions`` folders to it.
 
 - **"Open in Colab"** under the title of every notebook chapter, pointing at its generated
-  notebook on GitHub (``make notebooks``)::
+  notebook on GitHub (``make notebooks``) at the release tag, the one the notebook's set-up
+  cell installs flashlib from (``tools.colab.release_ref()``)::
 
-      https://colab.research.google.com/github/<org>/<repo>/blob/<branch>/notebooks/<name>.ipynb
+      https://colab.research.google.com/github/<org>/<repo>/blob/v<version>/notebooks/<name>.ipynb
 
-  ``<org>/<repo>`` and ``<branch>`` come from ``repository:`` in _config.yml (the only place
-  the URL is configured), read by ``tools.project.repository()``, the URL built by
-  ``tools.colab.colab_url``. A chapter without its notebook
+  ``<org>/<repo>`` comes from ``repository:`` in _config.yml (the only place the URL is
+  configured), read by ``tools.project.repository()``, the version from pyproject.toml; the
+  URL built by ``tools.colab.colab_url``. A chapter without its notebook
   is a build warning (so ``-W`` fails).
 - **Exercise numbers per chapter**: "Exercise 2.3" is the third exercise of the second chapter
   (:func:`number_exercises`), the numbers tools/convert.py prints in the notebooks
@@ -55,7 +56,7 @@ from sphinx.environment import BuildEnvironment
 from sphinx.util import logging
 from sphinx.util.osutil import relative_uri
 
-from tools.colab import colab_url
+from tools.colab import colab_url, release_ref
 from tools.project import repository
 from tools.toc import chapter_number, is_notebook
 
@@ -115,7 +116,7 @@ def add_colab_link(app: Sphinx, doctree: nodes.document) -> None:
             location=env.docname,
         )
         return
-    url = colab_url(*repository(), name)
+    url = colab_url(repository()[0], release_ref(), name)
     link = nodes.reference("", "Open in Colab", refuri=url, internal=False)
     para = nodes.paragraph("", "", link, classes=["colab-link"])
     section = next(iter(doctree.findall(nodes.section)), None)

@@ -4,6 +4,9 @@ set-up cell that every generated notebook runs first.
 - :func:`colab_url`: ``https://colab.research.google.com/github/<org>/<repo>/blob/<branch>/
   notebooks/<name>.ipynb``, the "Open in Colab" link of the site (tools/book_extension.py)
   and of the student edition's site (tools/student_edition.py, ``notebooks/student/``);
+- :func:`release_ref` (``v{version}``, the tag the set-up cell installs) and
+  :func:`colab_link`: a notebook's Colab URL at that tag, for the "Open in Colab" links and
+  the links between notebooks (relative links do not work on Colab);
 - :func:`colab_cell`: tools/colab_cell.md's code with ``{url}`` (_config.yml's
   ``repository.url``) and ``{version}`` (pyproject.toml) filled in, a ``#@title`` form cell
   collapsed in Colab and JupyterLab (:data:`COLLAPSED_CODE`) that installs ``flashlib[book]``
@@ -35,6 +38,20 @@ def colab_url(repository_url: str, branch: str, name: str, folder: str = "notebo
         raise ValueError(f"repository url must be a github.com URL, got {repository_url!r}")
     repo = parsed.path.strip("/").removesuffix(".git")
     return f"{COLAB}/{repo}/blob/{branch}/{folder.strip('/')}/{name}.ipynb"
+
+
+def release_ref() -> str:
+    """The git tag of this release, ``v{version}``: what the Colab set-up cell installs, and
+    where every Colab link points (a notebook and the flashlib it installs always match)."""
+    return f"v{version()}"
+
+
+def colab_link(name: str, student: bool = False) -> str:
+    """The Colab URL of notebooks/NAME.ipynb (``student``: notebooks/student/) at the release
+    tag: the links between notebooks are absolute, because relative ones do not work on
+    Colab."""
+    folder = "notebooks/student" if student else "notebooks"
+    return colab_url(repository()[0], release_ref(), name, folder=folder)
 
 
 def colab_cell() -> nbformat.NotebookNode:

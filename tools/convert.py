@@ -21,15 +21,17 @@ line first):
     ```{literalinclude} ../flashlib/x.py    a ```python block: the current source of `f`, cut
     :pyobject: f                            out of x.py with ast (the whole file without
     ```                                     :pyobject:)
-    {doc}`name`                             [its title](name.ipynb); a page that is not a
-                                            notebook (References): its title in italics
+    {doc}`name`                             [its title](Colab URL of name.ipynb at the release
+                                            tag, `colab_link`: relative links do not work on
+                                            Colab); a page that is not a notebook
+                                            (References): its title in italics
     {cite:p}`k1,k2` (and {cite}`k`)         ([Author et al., 2022](url); ...), from references.bib
     {cite:t}`k`                             [Author et al.](url) (2022)
     {glue:text}`name:.2f` (any {glue})      `name` in code font, printed by the cell before (see
                                             above); the title cell gets a note saying so
     {math}`x`                               $x$; any other role: its text in code font
-    {term}`HBM` (or {term}`text <HBM>`)     [HBM](glossary.ipynb#HBM): the glossary notebook,
-                                            whose terms are headings
+    {term}`HBM` (or {term}`text <HBM>`)     [HBM](Colab URL of glossary.ipynb#HBM): the
+                                            glossary notebook, whose terms are headings
     :::{exercise} / {solution-start} L      "### Exercise C.K" + the text quoted / <details>
                                             with "Solution to Exercise C.K" as its summary (C
                                             the chapter's number, `chapter_number`, K the
@@ -59,7 +61,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-from tools.colab import COLLAPSED_CODE, colab_cell
+from tools.colab import COLLAPSED_CODE, colab_cell, colab_link
 from tools.myst import CODE_FENCE, DIRECTIVE, LABEL, OPTION, ROLE
 from tools.paths import ROOT
 from tools.project import repository
@@ -96,6 +98,7 @@ class Page:
     sits inside a solution."""
 
     source: Path
+    student: bool = False  # the student edition: links go to notebooks/student/
     exercises: dict[str, str] = field(default_factory=dict)
     n_exercises: int = 0
     glue_names: list[str] = field(default_factory=list)
@@ -149,7 +152,9 @@ def doc_link(target: str, page: Page) -> str:
         raise ValueError(f"{{doc}}`{target}`: no page {rel} in _toc.yml")
     title, notebook = page_titles()[rel]
     text = text or title
-    return f"[{text}]({Path(rel).name}.ipynb)" if notebook else f"*{text}* (on the book's website)"
+    if not notebook:
+        return f"*{text}* (on the book's website)"
+    return f"[{text}]({colab_link(Path(rel).name, page.student)})"
 
 
 def term_anchor(term: str) -> str:
@@ -167,7 +172,7 @@ def term_link(text: str, page: Page) -> str:
     if not page_titles()[GLOSSARY][1]:
         return f"*{text}*"
     here = page.source.resolve() == (ROOT / f"{GLOSSARY}.md").resolve()
-    notebook = "" if here else f"{Path(GLOSSARY).name}.ipynb"
+    notebook = "" if here else colab_link(Path(GLOSSARY).name, page.student)
     return f"[{text}]({notebook}#{term_anchor(term)})"
 
 
@@ -401,7 +406,7 @@ def clean_notebook(source: Path, citations: dict[str, list[str]] | None = None,
     nb = jupytext.read(source, fmt="md:myst")
     if student:
         nb.cells = without_solutions(nb.cells)
-    page = Page(source)
+    page = Page(source, student=student)
     cells, cited_by = [], []
     for cell in nb.cells:
         if cell.cell_type == "markdown":

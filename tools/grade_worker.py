@@ -1,33 +1,57 @@
-"""The process side of tools/grade.py: one worker per chapter runs the chapter's code cells
-and, at each exercise, forks one child per student notebook (see grade.py's docstring).
+"""The sandbox side of tools/grade.py: a chapter's process (the *zygote*) and, forked from
+it, one process per student's exercise.  Neither decides a grade.
 
-    python -m tools.grade_worker JOB.json     # started by grade.py, not by hand
+    python -m tools.grade_worker CONTROL_FD     # started by tools/grade_judge.py, sandboxed
 
-JOB.json (written by ``grade.grade_chapter``): ``cwd`` (the chapter's working directory),
-``steps`` (``["code", source]`` or ``["exercise", number]``, in order), ``exercises``
-(``{number: {"call", "name", "checker", "number"}}``), ``tasks`` (``[{"id", "exercise",
-"cells"}]``: a student's exercise cells), ``timeout``, ``jobs`` and ``results`` (a file that
-receives one JSON line per task result, and one per error of the chapter's own cells).
+The zygote runs the chapter's own code cells in order (from the student notebook the book
+generates, never a student's copy), as Jupyter would: IPython, matplotlib's Agg backend, one
+BLAS thread, working directory an empty folder.  Its judge drives it over the control socket
+(JSON messages framed by tools/grade_rpc.py):
 
-Kept apart from grade.py so that the worker imports only the standard library, IPython and
-flashlib (nbformat's import alone takes seconds).
+    {"op": "run_to", "number": "3.2"}   run the chapter's cells up to Exercise 3.2's place
+                                        -> {"ev": "at", "number": ...} (or "context_error"s
+                                        first, and {"ev": "end"} past the last cell)
+    {"op": "fork", "task": ID} + 2 fds  fork the process of one student's exercise, handing
+                                        it the two descriptors (its socket to the judge, the
+                                        write end of its output pipe) -> {"ev": "forked"}
+    {"op": "end", "task": ID}           kill that process and everything it started
+                                        -> {"ev": "ended", "status": ..., "survivors": N}
+
+The zygote never receives a student's code: each exercise's process gets its cells over its
+own socket, after the fork, so no process holds another student's work.  The exercise's
+process confines itself first (tools/grade_sandbox.py: its own namespaces, a private /tmp,
+resource limits, no capability), then serves its judge (:func:`serve`): it runs the
+student's earlier exercise cells and this exercise's cells in the chapter's namespace, and
+hands the judge what the checker call names (``merge``) as data or as handles; the judge
+runs the checker and calls the student's function through the handle, one call at a time
+(``{"op": "call"}``): the call runs here, the result goes back as plain data.
+
+Standard library, IPython, numpy and flashlib only.
 """
 
 from __future__ import annotations
 
-import json
+import ast
+import contextlib
+import importlib
 import os
-import select
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
+import traceback
+import warnings
 from pathlib import Path
 from typing import Any
 
-OUTPUT_TAIL = 4000  # characters of a child's output kept in results.json
-FILE_LIMIT = 16 * 2**20  # bytes: the largest file a student's code may write
+from tools import grade_rpc as rpc
+from tools import grade_sandbox as sandbox
+
+#: Where the exercises' folders go when they share the chapter's sandbox (levels bwrap and
+#: rlimits; at the namespaces level each has a private /tmp).
+TASKS = "grade-tasks"
 
 
 def one_line(text: str, limit: int = 300) -> str:
@@ -35,147 +59,338 @@ def one_line(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-
-def _describe(err: BaseException) -> str:
+def describe(err: BaseException) -> str:
     if isinstance(err, SyntaxError):
         return f"{type(err).__name__}: {err.msg} (line {err.lineno})"
     return f"{type(err).__name__}: {err}"
 
 
 def _ignore_own_checker_call(*args: Any, **kwargs: Any) -> None:
-    """Stands for the checker while a student's cells run: their own call does nothing."""
+    """Stands for the checkers while a student's cells run: their own calls do nothing."""
 
 
-def run_task(shell: Any, exercise: dict[str, str], cells: list[str]) -> dict[str, Any]:
-    """In a child: the student's exercise cells, then the chapter's checker call."""
-    from flashlib.book.exercises import NOT_ATTEMPTED, Feedback
+# ---------------------------------------------------------------------------------------------
+# Running a student's cells
+# ---------------------------------------------------------------------------------------------
 
-    ns = shell.user_ns
-    real = ns.get(exercise["name"])
-    cell_error = None
-    for source in cells:
-        ns[exercise["name"]] = _ignore_own_checker_call
-        result = shell.run_cell(source, store_history=False, silent=True)
-        err = result.error_before_exec or result.error_in_exec
-        if err is not None and cell_error is None:
-            cell_error = f"the exercise cell raised {_describe(err)}"
-    ns[exercise["name"]] = real
+def parses(source: str) -> bool:
+    from IPython.core.inputtransformer2 import TransformerManager
+
     try:
-        fb = eval(compile(exercise["call"], "<checker call>", "eval"), ns)  # noqa: S307
-    except BaseException as err:  # the call cannot run: e.g. the function is not defined
-        problem = cell_error or f"{exercise['call']} raised {_describe(err)}"
-        return {"status": "error", "first_problem": problem}
-    if not isinstance(fb, Feedback):
-        return {"status": "error",
-                "first_problem": f"{exercise['call']} returned {type(fb).__name__}, "
-                                 "not the checker's Feedback (was the checker replaced?)"}
-    result = {"checks_passed": len(fb.passes), "checks_total": len(fb.passes) + len(fb.problems),
-              "first_problem": fb.problems[0] if fb.problems else "", "feedback": str(fb)}
-    if fb.problems == [NOT_ATTEMPTED]:
-        result["status"] = "not attempted"
-    elif cell_error is not None:
-        result |= {"status": "error", "first_problem": cell_error}
-    else:
-        result["status"] = "passed" if fb.passed else "failed"
-    return result
+        ast.parse(TransformerManager().transform_cell(source))
+        return True
+    except (SyntaxError, ValueError):
+        return False
 
 
-def _child(shell: Any, exercise: dict[str, str], task: dict[str, Any], write_fd: int,
-           scratch: Path, others: list[int]) -> None:
-    """The forked child: closes the parent's ends of the pipes (``others``), runs the task,
-    writes its result to ``write_fd``; never returns."""
-    try:
-        for fd in others:
-            os.close(fd)
-        os.chdir(scratch)
-        out = os.open(scratch / "output.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.dup2(out, 1)
-        os.dup2(out, 2)
-        os.close(out)
+def without_syntax_errors(source: str) -> tuple[str, list[int]]:
+    """The cell with its top-level statements that do not parse blanked out (line numbers
+    kept), and the first line of each blanked statement: a typo in a scratch line does not
+    stop the function above it from being graded."""
+    if parses(source):
+        return source, []
+    lines = source.split("\n")
+    starts = [i for i, line in enumerate(lines)
+              if line.strip() and not line[0].isspace() and not line.startswith(
+                  ("else", "elif", "except", "finally", ")", "]", "}", "#"))]
+    if not starts or starts[0] != 0:
+        starts = [0, *starts]
+    bounds = [*starts, len(lines)]
+    kept, skipped, k = [""] * len(lines), [], 0
+    while k < len(starts):
+        for span in range(1, 4):  # a statement may run over the next "start" (a bracket)
+            end = bounds[min(k + span, len(starts))]
+            chunk = "\n".join(lines[bounds[k]:end])
+            if parses(chunk):
+                kept[bounds[k]:end] = lines[bounds[k]:end]
+                k += span
+                break
+        else:
+            skipped.append(bounds[k] + 1)
+            k += 1
+    return "\n".join(kept), skipped
+
+
+def syntax_message(source: str) -> str:
+    """What Python says of a cell that does not parse ("SyntaxError: ... (line N)")."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    for text in (source, TransformerManager().transform_cell(source)):
         try:
-            import resource
+            compile(text, "<cell>", "exec")
+        except SyntaxError as err:
+            return describe(err)
+    return "SyntaxError"
 
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails
-            resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
-        except (ImportError, ValueError, OSError):  # pragma: no cover - not on this platform
-            pass
-        result = run_task(shell, exercise, task["cells"])
-    except BaseException as err:  # noqa: BLE001 - a child must always answer
-        result = {"status": "crashed", "first_problem": f"the grader's child failed: "
-                                                        f"{_describe(err)}"}
+
+class Interrupted(KeyboardInterrupt):
+    """Raised by the alarm when an earlier exercise's cells run too long."""
+
+
+@contextlib.contextmanager
+def alarm(seconds: float):
+    def ring(signum: int, frame: Any) -> None:
+        raise Interrupted(f"interrupted after {seconds:.3g} s")
+
+    old = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
     try:
-        data = json.dumps(result).encode()
-        while data:
-            data = data[os.write(write_fd, data):]
+        yield
     finally:
-        os._exit(0)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
-def _tail(path: Path) -> str:
+def run_cell(shell: Any, source: str) -> BaseException | None:
+    """One cell in the chapter's namespace; the exception it raised, if any."""
     try:
-        with open(path, "rb") as f:
-            f.seek(max(0, path.stat().st_size - OUTPUT_TAIL))
-            return f.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
+        result = shell.run_cell(source, store_history=False, silent=True)
+    except BaseException as err:  # noqa: BLE001 - e.g. the alarm outside the cell's code
+        return err
+    return result.error_before_exec or result.error_in_exec
 
 
-def run_exercise(shell: Any, exercise: dict[str, str], tasks: list[dict[str, Any]],
-                 timeout: float, jobs: int, emit: Any) -> None:
-    """Fork a child per task (``jobs`` at a time); ``emit(result)`` for each."""
-    pending, running = list(tasks), {}
-    while pending or running:
-        while pending and len(running) < jobs:
-            task = pending.pop(0)
-            scratch = Path(tempfile.mkdtemp(prefix="grade-"))
-            read_fd, write_fd = os.pipe()
+def run_student(shell: Any, request: dict[str, Any], started: Any = None) -> dict[str, Any]:
+    """The ``run`` request: the student's earlier exercise cells (``prelude``, their errors
+    theirs, each interrupted when the budget is spent), then this exercise's cells
+    (``cells``; with ``tolerant``, top-level statements that do not parse are skipped), the
+    checkers' names standing for a function that does nothing; then the names the checker
+    call passes (``args``, ``kwargs``: expressions), evaluated."""
+    ns = shell.user_ns
+    checkers = {name: ns.get(name) for name in request.get("checkers", [])}
+    notes: list[str] = []
+    for name in checkers:
+        ns[name] = _ignore_own_checker_call
+    end = time.monotonic() + float(request.get("prelude_budget", 0))
+    for number, sources in request.get("prelude", []):
+        for source in sources:
+            left = end - time.monotonic()
+            if left <= 0:
+                notes.append(f"your cells of Exercise {number} were not run: the time for "
+                             "earlier exercises' cells was spent")
+                break
+            with alarm(left):
+                err = run_cell(shell, source if parses(source) else
+                               without_syntax_errors(source)[0])
+            if isinstance(err, Interrupted):
+                notes.append(f"your cell of Exercise {number} was interrupted (still running "
+                             "after the time for earlier exercises' cells)")
+    if started is not None:  # the exercise's own time starts now
+        started()
+    cell_error = syntax_error = None
+    skipped: list[int] = []
+    for source in request["cells"]:
+        if request.get("tolerant", True) and not parses(source):
+            if syntax_error is None:
+                syntax_error = f"the exercise cell raised {syntax_message(source)}"
+            source, lines = without_syntax_errors(source)
+            skipped += lines
+        err = run_cell(shell, source)
+        if err is not None and cell_error is None:
+            cell_error = f"the exercise cell raised {describe(err)}"
+            if not isinstance(err, SyntaxError):
+                tb = traceback.extract_tb(err.__traceback__)
+                ipython = ("<ipython-input", sandbox.inside("ipy"))
+                cell_lines = [f.lineno for f in tb if f.filename.startswith(ipython)
+                              or "ipykernel" in f.filename]
+                if cell_lines:
+                    cell_error += f" (line {cell_lines[-1]})"
+    if skipped:
+        notes.append("a syntax error on line " + ", ".join(map(str, skipped)) + " of the "
+                     "exercise cell: that statement was skipped, the rest ran")
+    for name, value in checkers.items():
+        ns[name] = value
+    reply: dict[str, Any] = {"ev": "ran", "cell_error": cell_error, "notes": notes,
+                             "syntax_error": syntax_error}
+    try:
+        reply["values"] = {"args": [eval(compile(src, "<checker call>", "eval"), ns)  # noqa: S307
+                                    for src in request.get("args", [])],
+                           "kwargs": {k: eval(compile(src, "<checker call>", "eval"), ns)  # noqa: S307
+                                      for k, src in request.get("kwargs", {}).items()}}
+    except BaseException as err:  # noqa: BLE001 - e.g. the function is not defined
+        reply["arg_error"] = describe(err)
+    return reply
+
+
+# ---------------------------------------------------------------------------------------------
+# Serving the judge: one student's exercise
+# ---------------------------------------------------------------------------------------------
+
+class Server:
+    """The exercise's process: answers the judge's requests on ``sock`` until it leaves."""
+
+    def __init__(self, shell: Any, sock: socket.socket):
+        self.shell, self.sock = shell, sock
+        self.objects: dict[int, Any] = {}
+
+    def handle(self, obj: Any) -> int:
+        ident = len(self.objects)
+        self.objects[ident] = obj
+        return ident
+
+    def send(self, header: dict[str, Any], value: Any = None, key: str = "value") -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        tree, buffers = rpc.encode(value, self.handle)
+        rpc.send(self.sock, header | {key: tree}, buffers)
+
+    def callback(self, ident: int) -> Any:
+        def call_the_judge(*args: Any, **kwargs: Any) -> Any:
+            self.send({"ev": "callback", "id": ident}, (args, kwargs), key="args")
+            header, buffers = rpc.recv(self.sock)
+            if header.get("op") == "callback_result":
+                return rpc.loads(buffers[0], self.objects, self.callback)
+            raise rpc.exception_from_tree(header.get("exc", {}))
+
+        return call_the_judge
+
+    def serve(self) -> None:
+        while True:
+            header, buffers = rpc.recv(self.sock)
+            op = header.get("op")
+            if op == "run":
+                reply = run_student(self.shell, header,
+                                    lambda: rpc.send(self.sock, {"ev": "started"}))
+                values = reply.pop("values", None)
+                self.send(reply, values)
+            elif op in ("call", "helper"):
+                self.call(header, buffers)
+            elif op == "bye":
+                return
+            else:
+                rpc.send(self.sock, {"ev": "error", "msg": f"unknown request {op!r}"})
+
+    def call(self, header: dict[str, Any], buffers: list[bytes]) -> None:
+        import numpy as np
+
+        from flashlib.book.exercises import watching
+        from flashlib.core.measure import measure_peak
+
+        if header["op"] == "call":
+            fn = self.objects[header["ref"]]
+        else:
+            module, name = header["module"], header["qualname"]
+            if not module.startswith("flashlib.book.exercises"):
+                raise ValueError(f"{module} is not a checker module")
+            fn = getattr(importlib.import_module(module), name)
+            fn = getattr(fn, "__wrapped__", fn)
+        args, kwargs = rpc.loads(buffers[0], self.objects, self.callback)
+        before = [(i, a, a.tobytes()) for i, a in enumerate(args)
+                  if isinstance(a, np.ndarray) and a.nbytes <= 64 * 2**20]
+        watched = [str(n) for n in header.get("watch", []) if str(n).startswith("flashlib.")]
+        peak = None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                with watching(watched) as calls:
+                    if header.get("measure"):
+                        result, peak = measure_peak(fn, *args, **kwargs)
+                    else:
+                        result = fn(*args, **kwargs)
+                error = None
+            except BaseException as err:  # noqa: BLE001 - the student's code raised
+                error, calls = err, locals().get("calls", [])
+        report = {"warnings": [{"category": w.category.__name__,
+                                "category_module": w.category.__module__,
+                                "message": str(w.message)[:2000], "filename": str(w.filename),
+                                "lineno": w.lineno} for w in caught[:100]],
+                  "calls": [[name, shapes] for name, shapes in calls[:100]], "peak": peak}
+        if error is not None:
+            self.send({"ev": "raised"} | report, error, key="exc")
+            return
+        sync = [[i, a] for i, a, data in before if a.tobytes() != data]
+        sync += [[i, a.__grade_state__()] for i, a in enumerate(args)
+                 if hasattr(type(a), "__grade_state__")]
+        self.send({"ev": "returned"} | report, {"value": result, "sync": sync})
+
+
+# ---------------------------------------------------------------------------------------------
+# The exercise's process: confinement, then serve
+# ---------------------------------------------------------------------------------------------
+
+def exercise_process(shell: Any, config: dict[str, Any], sock_fd: int, out_fd: int) -> None:
+    """In the forked child of the zygote: confine, then serve the judge; never returns."""
+    code = 0
+    try:
+        _close_all_but((sock_fd, out_fd))
+        level = config["level"]
+        if level == "namespaces":
+            sandbox.enter_task_namespaces(config["limits"]["disk"], close=(sock_fd, out_fd))
+            os.setsid()
+            work = Path(sandbox.inside("work"))
+        else:
+            os.setsid()
+            work = Path(config["tasks"]) / f"task-{os.getpid()}"
+        work.mkdir(parents=True, exist_ok=True)
+        os.chdir(work)
+        os.environ["HOME"] = str(work)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.close(out_fd)
+        for stream in (sys.stdout, sys.stderr):  # what the student prints goes out at once
+            with contextlib.suppress(AttributeError, ValueError):
+                stream.reconfigure(line_buffering=True, write_through=True)
+        sandbox.set_limits(config["limits"], count_processes=config["count_processes"])
+        sock = socket.socket(fileno=sock_fd)
+        Server(shell, sock).serve()
+    except rpc.Gone:
+        code = 0
+    except BaseException:  # noqa: BLE001 - anything else: say it on the output, exit
+        traceback.print_exc()
+        code = 70
+    finally:
+        try:
             sys.stdout.flush()
             sys.stderr.flush()
-            start = time.monotonic()
-            pid = os.fork()
-            if pid == 0:  # the child: never leaves _child
-                _child(shell, exercise, task, write_fd, scratch, [read_fd, *running])
-            os.close(write_fd)
-            running[read_fd] = (pid, {"task": task, "start": start, "data": b"",
-                                      "scratch": scratch})
-        now = time.monotonic()
-        wait = max(0.0, min(s["start"] + timeout for _, s in running.values()) - now)
-        ready, _, _ = select.select(list(running), [], [], wait)
-        for fd in ready:
-            pid, state = running[fd]
-            chunk = os.read(fd, 1 << 16)
-            if chunk:
-                state["data"] += chunk
-                continue
-            _, status = os.waitpid(pid, 0)
-            runtime = time.monotonic() - state["start"]
-            del running[fd]
-            os.close(fd)
-            try:
-                result = json.loads(state["data"].decode())
-            except ValueError:
-                how = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
-                       else f"exited with code {os.WEXITSTATUS(status)}")
-                result = {"status": "crashed",
-                          "first_problem": f"the process {how} before the checker answered"}
-            _finish(emit, state, result, runtime)
-        now = time.monotonic()
-        for fd in [fd for fd, (_, s) in running.items() if now - s["start"] >= timeout]:
-            pid, state = running.pop(fd)
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            os.close(fd)
-            result = {"status": "timeout",
-                      "first_problem": f"still running after {timeout:g} s: killed (an "
-                                       "infinite loop, or far too slow)"}
-            _finish(emit, state, result, time.monotonic() - state["start"])
+        finally:
+            os._exit(code)
 
 
-def _finish(emit: Any, state: dict[str, Any], result: dict[str, Any], runtime: float) -> None:
-    result |= {"id": state["task"]["id"], "runtime_s": round(runtime, 3),
-               "output": _tail(state["scratch"] / "output.txt")}
-    shutil.rmtree(state["scratch"], ignore_errors=True)
-    emit(result)
+def _close_all_but(keep: tuple[int, ...]) -> None:
+    try:
+        fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
+    except OSError:  # not Linux: the usual range
+        fds = list(range(3, 256))
+    for fd in fds:
+        if fd > 2 and fd not in keep:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------------
+# The zygote
+# ---------------------------------------------------------------------------------------------
+
+class Control:
+    """The zygote's end of the control socket: JSON messages, descriptors collected."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock, self.buffer, self.fds = sock, b"", []
+
+    def _take(self, n: int) -> bytes:
+        while len(self.buffer) < n:
+            data, fds, _, _ = socket.recv_fds(self.sock, 1 << 16, 8)
+            self.fds += fds
+            if not data:
+                raise rpc.Gone("the judge closed the control socket")
+            self.buffer += data
+        out, self.buffer = self.buffer[:n], self.buffer[n:]
+        return out
+
+    def recv(self) -> dict[str, Any]:
+        import json
+        import struct
+
+        size, count = struct.unpack("!II", self._take(8))
+        if count:
+            raise rpc.WireError("the control channel carries no buffers")
+        return json.loads(self._take(size))
+
+    def send(self, header: dict[str, Any]) -> None:
+        rpc.send(self.sock, header)
 
 
 def make_shell() -> Any:
@@ -189,33 +404,107 @@ def make_shell() -> Any:
     return InteractiveShell.instance(config=config)
 
 
-def worker(job_path: Path) -> int:
-    """Run one chapter's job (written by :func:`grade_chapter`): its code cells in order, and at
-    each exercise the students' tasks in forked children; one JSON line per result."""
-    job = json.loads(job_path.read_text(encoding="utf-8"))
-    os.chdir(job["cwd"])
+def zygote(control_fd: int) -> int:
+    sandbox.become(*sandbox.user_from_env())
+    with contextlib.suppress(OSError):
+        sandbox.prctl(sandbox.PR_SET_DUMPABLE, 0)  # no exercise may ptrace or read it
+    with contextlib.suppress(OSError):  # orphans of the exercises come back here (Linux)
+        sandbox.prctl(sandbox.PR_SET_CHILD_SUBREAPER, 1)
+    control = Control(socket.socket(fileno=control_fd))
+    start = control.recv()
+    config = start["config"]
+    if config["level"] != "namespaces":
+        config["tasks"] = tempfile.mkdtemp(prefix=f"{TASKS}-")
+    workdir = Path(start.get("cwd") or tempfile.mkdtemp(prefix="chapter-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    os.chdir(workdir)
+    Path(os.environ.get("HOME", workdir)).mkdir(parents=True, exist_ok=True)
     shell = make_shell()
-    tasks: dict[str, list[dict[str, Any]]] = {}
-    for task in job["tasks"]:
-        tasks.setdefault(task["exercise"], []).append(task)
-    with open(job["results"], "a", encoding="utf-8") as results:
-        def emit(result: dict[str, Any]) -> None:
-            results.write(json.dumps(result) + "\n")
-            results.flush()
+    steps = list(start["steps"])
+    children: dict[str, int] = {}
+    while True:
+        try:
+            request = control.recv()
+        except rpc.Gone:
+            return 0
+        op = request.get("op")
+        if op == "run_to":
+            while steps:
+                kind, value = steps[0]
+                if kind == "exercise" and value == request["number"]:
+                    break
+                steps.pop(0)
+                if kind == "code":
+                    err = run_cell(shell, value)
+                    if err is not None:
+                        control.send({"ev": "context_error",
+                                      "msg": f"{describe(err)} in the chapter's cell "
+                                             f"{one_line(value, 80)!r}"})
+            control.send({"ev": "at", "number": request["number"]} if steps
+                         else {"ev": "end"})
+        elif op == "fork":
+            if len(control.fds) < 2:
+                control.send({"ev": "error", "msg": "fork without its two descriptors"})
+                continue
+            sock_fd, out_fd = control.fds[:2]
+            del control.fds[:2]
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                exercise_process(shell, config, sock_fd, out_fd)
+            os.close(sock_fd)
+            os.close(out_fd)
+            children[request["task"]] = pid
+            control.send({"ev": "forked", "task": request["task"]})
+        elif op == "end":
+            pid = children.pop(request["task"], None)
+            status = survivors = None
+            if pid is not None:
+                status, survivors = end_exercise(pid, config, float(request.get("wait", 0)))
+            control.send({"ev": "ended", "task": request["task"], "status": status,
+                          "survivors": survivors})
+        elif op == "quit":
+            return 0
 
-        for kind, value in job["steps"]:
-            if kind == "code":
-                outcome = shell.run_cell(value, store_history=False, silent=True)
-                if not outcome.success:
-                    err = outcome.error_before_exec or outcome.error_in_exec
-                    emit({"context_error": f"{_describe(err)} in the chapter's cell "
-                                           f"{one_line(value, 80)!r}"})
-            elif value in tasks:
-                run_exercise(shell, job["exercises"][value], tasks[value], job["timeout"],
-                             job["jobs"], emit)
-    return 0
 
+def end_exercise(pid: int, config: dict[str, Any], wait: float = 0.0) -> tuple[int, int]:
+    """Kill the exercise's process and all it started (after ``wait`` seconds for it to end
+    by itself: it closed its socket); ``(wait status, processes that were still running
+    besides it)``."""
+    level = config["level"]
+    survivors = 0
+    end = time.monotonic() + wait
+    while time.monotonic() < end:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            if level != "namespaces":
+                survivors = (sandbox.sweep_processes() if level == "bwrap"
+                             else sandbox.kill_descendants())
+                shutil.rmtree(Path(config["tasks"]) / f"task-{pid}", ignore_errors=True)
+            return status, survivors
+        time.sleep(0.01)
+    if level == "namespaces":  # the processes of its PID namespace are its descendants
+        found = _descendants(pid)
+        survivors = max(0, len(found) - 2)  # the init and the exercise's process
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)  # namespaces: the init dies with it, and its namespace
+    if level != "namespaces":
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    if level == "bwrap":  # one exercise at a time: every other process of the sandbox is its
+        survivors = sandbox.sweep_processes()
+    elif level == "rlimits":  # the zygote is their subreaper: all are its descendants
+        survivors = sandbox.kill_descendants()
+    if level != "namespaces":
+        shutil.rmtree(Path(config["tasks"]) / f"task-{pid}", ignore_errors=True)
+    return status, survivors
+
+
+def _descendants(pid: int) -> list[int]:
+    return sandbox.descendants(pid)
 
 
 if __name__ == "__main__":
-    sys.exit(worker(Path(sys.argv[1])))
+    sys.exit(zygote(int(sys.argv[1])))

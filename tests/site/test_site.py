@@ -43,7 +43,7 @@ from tests.browser import (
     serve,
 )
 from tools import convert, toc
-from tools.colab import colab_url
+from tools.colab import colab_url, release_ref
 from tools.paths import ROOT
 from tools.project import repository
 
@@ -354,7 +354,7 @@ def test_page_desktop(server, browser, page_path: str) -> None:
         if colab.count():
             href = colab.first.get_attribute("href")
             name = Path(page_path).stem
-            assert href == colab_url(*repository(), name), href
+            assert href == colab_url(repository()[0], release_ref(), name), href
             assert (ROOT / "notebooks" / f"{name}.ipynb").is_file(), href
 
         sideways = page.evaluate(SIDEWAYS, [FITTING, None])

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
+from tools import colab, project, toc
 from tools import convert as nbgen
-from tools import toc
 from tools.paths import ROOT
 
 
@@ -42,8 +42,11 @@ def test_roles_doc_cite_glue_math():
             " {cite:p}`dao2022flashattention,milakov2018online` {cite}`dao2023flashattention2`"
             " {cite:t}`rabe2021selfattention`: {glue:text}`mem_ratio:.0f` and {math}`x^2`.")
     out = nbgen.jupyter_markdown(text, p)
-    assert "[The overflow problem](overflow.ipynb)" in out
-    assert "[the ladder](optimisation-ladder.ipynb)" in out
+    assert f"[The overflow problem]({colab.colab_link('overflow')})" in out
+    assert f"[the ladder]({colab.colab_link('optimisation-ladder')})" in out
+    assert colab.colab_link("overflow") == (  # links between notebooks must work on Colab
+        "https://colab.research.google.com/github/" + project.repository()[0].removeprefix(
+            "https://github.com/") + f"/blob/{colab.release_ref()}/notebooks/overflow.ipynb")
     assert "*References* (on the book's website)" in out
     assert ("([Dao et al., 2022](https://arxiv.org/abs/2205.14135); "
             "[Milakov and Gimelshein, 2018](https://arxiv.org/abs/1805.02867))") in out
@@ -145,8 +148,14 @@ def test_other_directives():
 
 def test_glossary_terms_link_to_the_glossary_notebook():
     p = page()
+    glossary_url = colab.colab_link("glossary")  # absolute: relative links fail on Colab
+    assert glossary_url.endswith(f"/blob/{colab.release_ref()}/notebooks/glossary.ipynb")
     assert nbgen.inline("in {term}`HBM` and {term}`warps <warp>`", p) == (
-        "in [HBM](glossary.ipynb#HBM) and [warps](glossary.ipynb#warp)")
+        f"in [HBM]({glossary_url}#HBM) and [warps]({glossary_url}#warp)")
+    student = nbgen.Page(p.source, student=True)
+    assert nbgen.inline("{term}`HBM`", student) == (
+        f"[HBM]({colab.colab_link('glossary', student=True)}#HBM)")
+    assert "/notebooks/student/glossary.ipynb" in colab.colab_link("glossary", student=True)
     assert nbgen.inline("{term}`tensor core`", page("glossary")) == "[tensor core](#tensor-core)"
     glossary = nbgen.jupyter_markdown(
         "```{glossary}\nHBM\n  Slow memory {cite:p}`dao2022flashattention`.\n"

@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tools import convert, notebooks, toc
+from tools import colab, convert, notebooks, project, toc
 from tools.paths import ROOT
 
 FULL_SITE = ROOT / "_build" / "html"
@@ -183,7 +183,68 @@ def test_student_notebook_equals_full_one_without_its_solutions():
                 continue
             if body:
                 kept.append((cell.cell_type, body))
-        student = [(c.cell_type, c.source.strip())
-                   for c in convert.clean_notebook(source, student=True).cells]
+        student = [(c.cell_type, c.source.strip().replace("/notebooks/student/", "/notebooks/"))
+                   for c in convert.clean_notebook(source, student=True).cells]  # its links
         assert student == kept, source.name
 
+
+@pytest.mark.site
+@pytest.mark.student_site
+def test_student_site_has_no_instructor_page():
+    """The guide (with its checker table and sample report: the accepted answers) is only in
+    the teachers' edition; the students' page that states the grading rules is in both."""
+    from tools.student_edition import INSTRUCTOR_PAGES
+
+    for page in INSTRUCTOR_PAGES:
+        assert (FULL_SITE / f"{page}.html").is_file(), page
+        assert not (STUDENT_SITE / f"{page}.html").exists(), page
+    assert (STUDENT_SITE / "book" / "grading.html").is_file()
+    for path in STUDENT_SITE.rglob("*.html"):
+        text = path.read_text(encoding="utf-8")
+        assert "instructor.html" not in text, path
+        assert "Instructor guide" not in text, path
+    assert "Instructor guide" not in (STUDENT_SITE / "searchindex.js").read_text(
+        encoding="utf-8")
+
+
+@pytest.mark.site
+@pytest.mark.student_site
+def test_student_site_links_to_no_source_and_opens_colab_at_the_release():
+    """No repository button or link to the sources (they hold every solution); the only
+    links naming the repository are Colab's, to the student notebooks at the release tag
+    that their set-up cell installs."""
+    from tools.colab import colab_url, release_ref
+
+    url, _ = project.repository()
+    repo = url.removeprefix("https://github.com/")
+    assert 'class="btn btn-sm btn-source-repository-button' not in (
+        STUDENT_SITE / "book" / "intro.html").read_text(encoding="utf-8")
+    for path in STUDENT_SITE.rglob("*.html"):
+        if "_static" in path.relative_to(STUDENT_SITE).parts:
+            continue
+        for href in re.findall(r'href="([^"]+)"', path.read_text(encoding="utf-8")):
+            if repo not in href:
+                continue
+            name = Path(href).stem
+            assert href == colab_url(url, release_ref(), name,
+                                     folder="notebooks/student"), (path, href)
+    full = (FULL_SITE / "book" / "intro.html").read_text(encoding="utf-8")
+    assert f"github.com/{repo}" in full  # the reader's edition keeps its repository button
+
+
+@pytest.mark.parametrize("folder", ["notebooks", "notebooks/student"])
+def test_links_between_notebooks_work_on_colab(folder):
+    """Relative links do not work on Colab: every link to another notebook is an absolute
+    Colab link to the same edition at the release tag."""
+    student = folder.endswith("student")
+    for source in CHAPTERS:
+        nb = nbformat.read(ROOT / folder / f"{source.stem}.ipynb", as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type != "markdown":
+                continue
+            for target in re.findall(r"\]\(([^)\s]+)\)", cell.source):
+                if ".ipynb" not in target:
+                    continue
+                name = target.split("#")[0].rsplit("/", 1)[-1].removesuffix(".ipynb")
+                assert target.split("#")[0] == colab.colab_link(name, student), (
+                    source.name, target)

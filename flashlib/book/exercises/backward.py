@@ -23,7 +23,15 @@ from typing import Any
 import numpy as np
 
 from flashlib.algorithms import safe_softmax
-from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker, fmt
+from flashlib.book.exercises import (
+    Feedback,
+    LearnerError,
+    call_learner,
+    checker,
+    fmt,
+    names,
+    warned,
+)
 from flashlib.core.constants import LN2, LOG2E
 from flashlib.core.masks import causal_bottom_right, dense_mask, key_padding
 from flashlib.core.measure import measure_peak
@@ -189,7 +197,8 @@ TILE_CASES = [
 ]
 
 
-@checker("dS for one tile")
+@checker("dS for one tile",
+         forbid=names("flashlib.studies.backward.softmax_vjp"))
 def check_ds_tile(fb: Feedback, ds_tile: Callable[..., Any]) -> None:
     """Check ``ds_tile(P_ij, dP_ij, D_i) -> dS_ij``: P_ij and dP_ij (B_r, B_c) tiles, D_i
     (B_r,) the rows' D = rowsum(dO * O), against the tile of dS = d loss / dS computed by
@@ -242,7 +251,8 @@ BASE2_CASES = [
 ]
 
 
-@checker("P from a base-2 logsumexp")
+@checker("P from a base-2 logsumexp",
+         forbid=names("flashlib.studies.backward.p_from_lse", "flashlib.algorithms.recompute_P"))
 def check_p_from_base2(fb: Feedback, p_from_base2: Callable[..., Any]) -> None:
     """Check ``p_from_base2(S_ij, M_i) -> P_ij``: S_ij a (B_r, B_c) tile of scaled scores in
     natural units, M_i (B_r,) the base-2 logsumexp of those rows (M = m2 + log2(l2) =
@@ -342,7 +352,9 @@ def _fd_variants(x: np.ndarray, h: float) -> list[tuple[np.ndarray, str]]:
     ]
 
 
-@checker("finite-difference gradient check")
+@checker("finite-difference gradient check",
+         forbid=names("flashlib.studies.backward.central_difference",
+                      "flashlib.studies.backward.fd_attention_grads"))
 def check_finite_differences(fb: Feedback, fd_grad: Callable[..., Any]) -> None:
     """Check ``fd_grad(f, X, h) -> grad``, the central-difference gradient of the scalar
     function f at X (one entry perturbed by +h and -h at a time, X left as it was): first on
@@ -535,7 +547,9 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
                                                                              initial=0.0))))
 
 
-@checker("the tiled backward with a mask")
+@checker("the tiled backward with a mask",
+         forbid=names("flashlib.fast.backward.flash_attention_backward",
+                      "flashlib.fast.naive.naive_attention_backward"))
 def check_masked_backward(fb: Feedback, masked_flash2_backward: Callable[..., Any]) -> None:
     """Check ``masked_flash2_backward(Q, K, V, O, L, dO, mask, B_r, B_c) -> (dQ, dK, dV)``:
     FlashAttention-2's backward with a boolean mask (N_q, N_k), O and L from the masked
@@ -556,7 +570,7 @@ def check_masked_backward(fb: Feedback, masked_flash2_backward: Callable[..., An
             ok = _grads_close(got, want)
             if all(ok):
                 if warns:
-                    fb.fail(f"{label}: right answer, but numpy warned '{warns[0]}': the guard "
+                    fb.fail(f"{label}: right answer, but {warned(warns[0])}: the guard "
                             "must avoid computing -inf - (-inf), not hide its NaN")
                     return
                 continue

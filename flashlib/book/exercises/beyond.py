@@ -4,21 +4,31 @@ check_split_kv         ``split_kv(q, K, V, n_splits)``: split-KV decoding, merge
 check_grouped_query    ``gqa(q, k, v)``: grouped-query attention without copying K and V
 
 Both refuse an answer that lets the library do the exercise (the page imports
-``flash_attention`` and ``decode_attention``, which would pass): :func:`_watching_library`.
+``flash_attention`` and ``decode_attention``, which would pass): a ``forbid`` spec over
+:data:`LIBRARY_ATTENTION` (:func:`flashlib.book.exercises.forbidding`, which also holds in
+the grader's sandbox).
 check_kv_grad          ``kv_grad(dk_rep, h_kv)``: the gradient of a K/V head shared by a group
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 
 import flashlib
 from flashlib import algorithms, naive_attention
-from flashlib.book.exercises import Feedback, call_learner, checker, shape_problem
+from flashlib.book.exercises import (
+    ATTENTION,
+    Feedback,
+    call_learner,
+    checker,
+    forbidding,
+    names,
+    shape_problem,
+    warned,
+)
 from flashlib.core.measure import measure_peak
 from flashlib.fast import decoding
 
@@ -26,7 +36,7 @@ __all__ = ["check_split_kv", "check_grouped_query", "check_kv_grad"]
 
 
 #: The library's attention functions, by the name a learner would import them under: an
-#: answer that calls them is watched (:func:`_watching_library`).
+#: answer that calls them is refused (:func:`_refusing`).
 LIBRARY_ATTENTION = {
     "flash_attention": flashlib.flash_attention,
     "naive_attention": flashlib.naive_attention,
@@ -37,35 +47,38 @@ LIBRARY_ATTENTION = {
 }
 
 
-@contextlib.contextmanager
-def _watching_library(fn: Callable[..., object]) -> Iterator[list[tuple[str, int]]]:
-    """While the block runs, the library's attention functions that ``fn`` reaches through its
-    global names (``from flashlib import flash_attention`` in the notebook, then a call) are
-    replaced by recorders that call them and note (name, number of keys) per call.  Restored
-    afterwards.  A function that reaches the library another way (``flashlib.x(...)``, a
-    helper defined elsewhere) is not seen: a guard for the common shortcut, not a sandbox."""
-    calls: list[tuple[str, int]] = []
-    scope = getattr(fn, "__globals__", None)
-    if not isinstance(scope, dict):
-        yield calls
-        return
-    library = {id(f): name for name, f in LIBRARY_ATTENTION.items()}
-    saved = {key: value for key, value in scope.items() if id(value) in library}
+def _library_names(*short: str) -> list[str]:
+    """The dotted names of the library functions :data:`LIBRARY_ATTENTION` calls ``short``."""
+    return [f"{LIBRARY_ATTENTION[n].__module__}.{LIBRARY_ATTENTION[n].__name__}" for n in short]
 
-    def recorder(key: str, real: Callable[..., object]) -> Callable[..., object]:
-        @functools.wraps(real)
-        def record(*args: object, **kwargs: object) -> object:
-            k = args[1] if len(args) > 1 else kwargs.get("k", kwargs.get("K"))
-            calls.append((library[id(real)], int(np.shape(k)[-2]) if np.ndim(k) >= 2 else -1))
-            return real(*args, **kwargs)
-        return record
 
-    try:
-        for key, real in saved.items():
-            scope[key] = recorder(key, real)
-        yield calls
-    finally:
-        scope.update(saved)
+def _refusing(why: Callable[[str, list], str | None]) -> dict[str, Callable[[list], str | None]]:
+    """A ``forbid`` spec over every function of :data:`LIBRARY_ATTENTION`: a call is refused
+    with ``why(its short name, the shapes of its arguments)`` unless that is None."""
+    return {dotted: functools.partial(why, short)
+            for short, dotted in zip(LIBRARY_ATTENTION, _library_names(*LIBRARY_ATTENTION),
+                                     strict=True)}
+
+
+def _split_kv_refusal(n_keys: int, splits: int, short: str, shapes: list) -> str | None:
+    """Why a call of the library's ``short`` in split-KV decoding is refused: the ones that
+    split and merge, always; the others on all ``n_keys`` keys at once."""
+    if short in ("split_kv_decode", "decode_attention"):
+        return (f"you called {short}, which splits and merges for you: attend over each "
+                "share yourself (flash_attention(..., return_lse=True) is allowed) and write "
+                "the merge")
+    k = shapes[1] if len(shapes) > 1 else None
+    if splits > 1 and k is not None and len(k) >= 2 and k[-2] >= n_keys:
+        return (f"you called {short} on all {n_keys} keys at once: each split attends over "
+                f"its own share of {-(-n_keys // splits)} keys, and your code merges the "
+                "shares")
+    return None
+
+
+def _gqa_refusal(short: str, shapes: list) -> str:
+    return (f"you called {short}, which does grouped-query attention for you; the exercise "
+            "asks for numpy: group the query heads with a reshape and let matmul broadcast k "
+            "and v")
 
 
 def _group_sum_reference(x: np.ndarray, h_kv: int, interleaved: bool = False) -> np.ndarray:
@@ -118,7 +131,7 @@ def _decode_problem(seed: int, n_q: int, n: int, d: int, d_v: int, logit: float 
     return q, k, rng.standard_normal((n, d_v))
 
 
-@checker("split-KV decoding")
+@checker("split-KV decoding", forbid=names("flashlib.studies.beyond.split_kv_tree"))
 def check_split_kv(fb: Feedback, fn: Callable[..., np.ndarray]) -> None:
     """Check ``split_kv(q, K, V, n_splits)`` -> attention of q (n_q, d) over K (N, d), V (N, d_v)
     computed on ``n_splits`` shares of the keys and merged with the logsumexps."""
@@ -132,22 +145,11 @@ def check_split_kv(fb: Feedback, fn: Callable[..., np.ndarray]) -> None:
     for name, splits, args in cases:
         with fb.case(name):
             q, k, v = _decode_problem(*args)
-            with _watching_library(fn) as calls:
+            refusal = functools.partial(_split_kv_refusal, len(k), splits)
+            with forbidding(_refusing(refusal)):
                 got, warns = call_learner(fn, q.copy(), k.copy(), v.copy(), splits)
             want = naive_attention(q, k, v)
             problem = shape_problem(got, want.shape)
-            merged = {"split_kv_decode", "decode_attention"} & {c for c, _ in calls}
-            whole = [c for c, n in calls if n == len(k)] if splits > 1 else []
-            if merged:
-                fb.fail(f"{name}: you called {merged.pop()}, which splits and merges for "
-                        "you: attend over each share yourself (flash_attention(..., "
-                        "return_lse=True) is allowed) and write the merge")
-                continue
-            if whole:
-                fb.fail(f"{name}: you called {whole[0]} on all {len(k)} keys at once: each "
-                        f"split attends over its own share of {-(-len(k) // splits)} keys, "
-                        "and your code merges the shares")
-                continue
             if problem:
                 fb.fail(f"{name}: {problem}")
                 continue
@@ -160,7 +162,7 @@ def check_split_kv(fb: Feedback, fn: Callable[..., np.ndarray]) -> None:
                         "exp(L_s - L), L the logsumexp of the L_s, never exp(L_s) alone")
             elif np.allclose(got, want, rtol=1e-9, atol=1e-12):
                 if warns:
-                    fb.fail(f"{name}: right answer, but numpy warned '{warns[0]}'")
+                    fb.fail(f"{name}: right answer, but {warned(warns[0])}")
                 else:
                     fb.ok(f"{name}: equals attention over all the keys")
             elif splits > 1 and np.allclose(got, np.mean(outs, axis=0), atol=1e-9):
@@ -180,7 +182,7 @@ def _gqa_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, interleaved: boo
     return naive_attention(q, np.take(k, heads, axis=-3), np.take(v, heads, axis=-3))
 
 
-@checker("grouped-query attention")
+@checker("grouped-query attention", forbid=names(ATTENTION) | _refusing(_gqa_refusal))
 def check_grouped_query(fb: Feedback, fn: Callable[..., np.ndarray]) -> None:
     """Check ``gqa(q, k, v)``: q (..., h_q, n_q, d), k (..., h_kv, n_k, d), v (..., h_kv, n_k,
     d_v) -> (..., h_q, n_q, d_v), query head h with K/V head h // (h_q // h_kv), and without a
@@ -197,15 +199,10 @@ def check_grouped_query(fb: Feedback, fn: Callable[..., np.ndarray]) -> None:
             q = rng.standard_normal((*lead, h_q, n_q, d))
             k = rng.standard_normal((*lead, h_kv, n_k, d))
             v = rng.standard_normal((*lead, h_kv, n_k, d_v))
-            with _watching_library(fn) as calls:
-                got, warns = call_learner(fn, q, k, v)
+            got, warns = call_learner(fn, q, k, v)
             want = _gqa_reference(q, k, v)
             problem = shape_problem(got, want.shape)
-            if calls:
-                fb.fail(f"{name}: you called {calls[0][0]}, which does grouped-query "
-                        "attention for you; the exercise asks for numpy: group the query "
-                        "heads with a reshape and let matmul broadcast k and v")
-            elif problem:
+            if problem:
                 fb.fail(f"{name}: {problem}")
             elif np.allclose(got, want, rtol=1e-9, atol=1e-12):
                 fb.ok(f"{name}: correct")

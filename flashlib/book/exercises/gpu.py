@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.book.exercises import Feedback, LearnerError, NotAttempted, checker
+from flashlib.book.exercises import Feedback, LearnerError, NotAttempted, checker, learner_side
 from flashlib.core.constants import LOG2E
 
 __all__ = ["TOLERANCE", "check_online_softmax_step", "check_key_end", "check_visible_keys",
@@ -145,6 +145,16 @@ def _launching(run: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise LearnerError(said + (f" ({hint})" if hint else "")) from err
 
 
+@learner_side
+def _probe(name: str, *args: Any) -> Any:
+    """The probe kernel ``name`` of :mod:`flashlib.gpu.exercise_kernels` run on the learner's
+    piece (among ``args``), through :func:`_launching`.  In the grader it runs where the
+    learner's function is (the kernel needs the function itself)."""
+    from flashlib.gpu import exercise_kernels
+
+    return _launching(getattr(exercise_kernels, name), *args)
+
+
 def _inputs(n_q: int, n_k: int, d: int, dtype: str, seed: int, logit_scale: float = 1.0):
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((1, n_q, d)) * logit_scale
@@ -152,8 +162,10 @@ def _inputs(n_q: int, n_k: int, d: int, dtype: str, seed: int, logit_scale: floa
     return tuple(x.astype(dtype) for x in (q, k, v))
 
 
+@learner_side
 def _run_forward(q, k, v, causal: bool, blocks: tuple[int, int], **helpers) -> np.ndarray:
-    """The library's forward kernel with the learner's helpers, on numpy inputs (1, n, D)."""
+    """The library's forward kernel with the learner's helpers, on numpy inputs (1, n, D).  In
+    the grader it runs where the learner's functions are."""
     import torch
 
     from flashlib.gpu import require_kernels
@@ -340,11 +352,9 @@ def check_online_softmax_step(fb: Feedback, step: Callable[..., Any]) -> None:
     of the library kernel's loop on ragged shapes, causal, float16 and huge scores."""
     if _cannot_run(fb):
         return
-    from flashlib.gpu.exercise_kernels import step_once
-
     for name, (S, V, m, l, acc) in _step_states():
         with fb.case(name) as case:
-            got = _launching(step_once, S, V, m, l, acc, step)
+            got = _probe("step_once", S, V, m, l, acc, step)
             models = _step_models(S, V, m, l, acc)
             if all(_same(g, w) for g, w in zip(got, models["right"], strict=True)):
                 fb.ok(f"{name}: m_i, l_i and acc right")
@@ -420,7 +430,6 @@ def check_key_end(fb: Feedback, key_end: Callable[..., Any]) -> None:
     tiles of any width, one key included; and the kernel's output stays exact."""
     if _cannot_run(fb):
         return
-    from flashlib.gpu.exercise_kernels import key_ends
     from flashlib.gpu.grid import tiles_per_program
 
     probes = [(70, 70, 16, True), (50, 50, 32, True), (40, 70, 16, True), (70, 40, 32, True),
@@ -430,7 +439,7 @@ def check_key_end(fb: Feedback, key_end: Callable[..., Any]) -> None:
         name = f"where the loops stop: n_q={n_q}, n_k={n_k}, B_r={B_r}" + (
             ", causal" if causal else "")
         with fb.case(name):
-            ends = _launching(key_ends, n_q, n_k, B_r, causal, key_end)
+            ends = _probe("key_ends", n_q, n_k, B_r, causal, key_end)
             want = [min(n_k, i + B_r) if causal else n_k for i in range(0, n_q, B_r)]
             problem = _key_end_diagnosis([int(e) for e in ends], want, n_k, B_r, causal)
             if problem:
@@ -500,8 +509,6 @@ def check_visible_keys(fb: Feedback, visible: Callable[..., Any]) -> None:
     one; n_q > n_k), then in the kernel on n that are multiples of the tile and ragged ones."""
     if _cannot_run(fb):
         return
-    from flashlib.gpu.exercise_kernels import visible_block
-
     tiles = [  # i, j, B_r, B_c, n_k, causal
         (0, 32, 16, 16, 45, False), (32, 32, 16, 16, 45, True), (16, 16, 16, 16, 64, True),
         (48, 32, 16, 16, 40, True), (0, 0, 16, 32, 20, False)]
@@ -510,7 +517,7 @@ def check_visible_keys(fb: Feedback, visible: Callable[..., Any]) -> None:
         name = (f"the tile of rows {i}..{i + B_r - 1}, keys {j}..{j + B_c - 1}, N_K={n_k}"
                 + (", causal" if causal else ""))
         with fb.case(name):
-            got = _launching(visible_block, i, j, B_r, B_c, n_k, causal, visible)
+            got = _probe("visible_block", i, j, B_r, B_c, n_k, causal, visible)
             problem = _mask_diagnosis(got, np.arange(i, i + B_r), np.arange(j, j + B_c), n_k,
                                       causal)
             if problem:
@@ -572,6 +579,55 @@ def _watched(arrays: dict[str, Any]):
     from flashlib.gpu.watch import MemoryWatch
 
     return MemoryWatch(arrays)
+
+
+class _Seen:
+    """What a :class:`flashlib.gpu.watch.MemoryWatch` saw, as plain data (it crosses from the
+    learner's side in the grader): the accesses outside the arrays, and the rows of each array
+    each program loaded or stored."""
+
+    def __init__(self, outside: list, rows: dict):
+        from flashlib.gpu.watch import Access
+
+        self.outside = [Access(tuple(p), kind, array, None if index is None else tuple(index))
+                        for p, kind, array, index in outside]
+        self._rows = rows
+
+    def rows(self, kind: str, array: str, program: tuple[int, int, int]) -> list[int]:
+        return list(self._rows.get(f"{kind} {array} {program[0]}", []))
+
+
+@learner_side
+def _watched_launch(kernel: Any, grid: Any, arrays: list, scalars: tuple, constexprs: dict
+                    ) -> tuple[list, Any]:
+    """Launch the learner's ``kernel`` on ``grid`` with ``arrays`` ((name, numpy array, padding
+    rows, padding columns), each a view with padded rows inside a NaN-filled buffer,
+    :func:`flashlib.gpu.watch.guarded`), then their row strides, ``scalars`` and
+    ``constexprs``, every access watched in the interpreter.  Returns (the arrays as they are
+    after the launch, what the watch saw or None when compiled).  In the grader it runs where
+    the learner's kernel is."""
+    from flashlib.gpu import require_kernels
+    from flashlib.gpu.watch import guarded
+
+    device = require_kernels().device
+    views = {name: guarded(x, rows=rows, cols=cols, device=device)
+             for name, x, rows, cols in arrays}
+    args = [view for view, _ in views.values()] + [view.stride(0) for view, _ in views.values()]
+    with _watched(views) as watch:
+        _launching(_launch, kernel, tuple(grid), *args, *scalars, **constexprs)
+    after = [view.cpu().numpy() for view, _ in views.values()]
+    if watch is None:
+        return after, None
+    programs = watch.programs()
+    rows = {f"{kind} {name} {p[0]}": watch.rows(kind, name, p)
+            for kind in ("load", "store") for name in views for p in programs}
+    outside = [(list(a.program), a.kind, a.array, None if a.index is None else list(a.index))
+               for a in watch.outside[:20]]
+    return after, (outside, rows)
+
+
+def _seen(result: Any) -> _Seen | None:
+    return None if result is None else _Seen(*result)
 
 
 def _outside_problem(watch: Any, shapes: dict[str, tuple[int, int]], masks: dict[str, str],
@@ -636,10 +692,6 @@ def check_softmax_kernel(fb: Feedback, kernel: Any) -> None:
         return
     import triton
 
-    from flashlib.gpu import require_kernels
-    from flashlib.gpu.watch import guarded
-
-    device = require_kernels().device
     cases = [  # rows, columns, scale of the values
         (4, 16, 1.0), (5, 10, 1.0), (3, 37, 1.0), (3, 1, 1.0), (4, 20, 1000.0)]
     said: set[str] = set()
@@ -650,18 +702,18 @@ def check_softmax_kernel(fb: Feedback, kernel: Any) -> None:
         with fb.case(name):
             x_np = (np.random.default_rng(seed).standard_normal((n_rows, n_cols)) * scale
                     ).astype(np.float32)
-            x, x_buffer = guarded(x_np, rows=2, cols=block + 3, device=device)
-            y, y_buffer = guarded(np.full((n_rows, n_cols), np.nan, np.float32), rows=2,
-                                  cols=block + 5, device=device)
-            with _watched({"X": (x, x_buffer), "Y": (y, y_buffer)}) as watch:
-                _launching(_launch, kernel, (n_rows,), x, y, x.stride(0), y.stride(0), n_cols,
-                           BLOCK=block)
+            (_, y), seen = _watched_launch(
+                kernel, (n_rows,), [("X", x_np, 2, block + 3),
+                                    ("Y", np.full((n_rows, n_cols), np.nan, np.float32), 2,
+                                     block + 5)],
+                (n_cols,), {"BLOCK": block})
+            watch = _seen(seen)
             problem = _outside_problem(
                 watch, {"X": (n_rows, n_cols), "Y": (n_rows, n_cols)},
                 {"X": "mask=cols < n_cols", "Y": "mask=cols < n_cols"}, own_row_mask=True)
             if problem is None and watch is not None:
                 problem = _softmax_rows_problem(watch, n_rows)
-            got = y.cpu().numpy()
+            got = y
             want = _softmax_reference(x_np)
             if problem:
                 _fail(fb, said, name, problem)
@@ -753,15 +805,12 @@ def check_attention_kernel(fb: Feedback, kernel: Any,
     if _cannot_run(fb):
         return
     from flashlib.book.exercises import call_learner
-    from flashlib.gpu import require_kernels
-    from flashlib.gpu.watch import guarded
 
     if grid is None:
         fb.fail("grid: pass your launch grid too, check_attention_kernel(attention_kernel, "
                 "grid); the kernel is checked below on the grid (cdiv(N_Q, B_r),)")
         grid = _one_program_per_block
 
-    device = require_kernels().device
     cases = [  # n_q, n_k, D, blocks, logit scale
         (32, 32, 16, (16, 16), 1.0),
         (45, 70, 16, (16, 32), 1.0),
@@ -781,21 +830,17 @@ def check_attention_kernel(fb: Feedback, kernel: Any,
                 _fail(fb, said, name, problem)
                 continue
             q_np, k_np, v_np = (x[0] for x in _inputs(n_q, n_k, D, "float32", seed, logit))
-            (q, qb), (k, kb), (v, vb) = (guarded(x, rows=B_c, cols=8, device=device)
-                                         for x in (q_np, k_np, v_np))
-            o, ob = guarded(np.full((n_q, D), np.nan, np.float32), rows=B_r, cols=4,
-                            device=device)
-            arrays = {"Q": (q, qb), "K": (k, kb), "V": (v, vb), "O": (o, ob)}
-            with _watched(arrays) as watch:
-                _launching(_launch, kernel, launch, q, k, v, o, q.stride(0), k.stride(0),
-                           v.stride(0), o.stride(0), n_q, n_k, LOG2E / math.sqrt(D), B_r=B_r,
-                           B_c=B_c, D=D)
+            (*_, o), seen = _watched_launch(
+                kernel, launch, [("Q", q_np, B_c, 8), ("K", k_np, B_c, 8), ("V", v_np, B_c, 8),
+                                 ("O", np.full((n_q, D), np.nan, np.float32), B_r, 4)],
+                (n_q, n_k, LOG2E / math.sqrt(D)), {"B_r": B_r, "B_c": B_c, "D": D})
+            watch = _seen(seen)
             shapes = {"Q": (n_q, D), "K": (n_k, D), "V": (n_k, D), "O": (n_q, D)}
             problem = _outside_problem(watch, shapes, {
                 "Q": "rows < N_Q", "K": "cols < N_K", "V": "cols < N_K", "O": "rows < N_Q"})
             if problem is None and watch is not None:
                 problem = _forward_rows_problem(watch, launch[0], n_q, B_r)
-            got = o.cpu().numpy()
+            got = o
             want = _reference(q_np, k_np, v_np)
             if problem:
                 _fail(fb, said, name, problem)

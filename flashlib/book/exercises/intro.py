@@ -26,7 +26,15 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.book.exercises import Feedback, call_learner, checker, shape_problem
+from flashlib.book.exercises import (
+    ATTENTION,
+    Feedback,
+    call_learner,
+    checker,
+    names,
+    shape_problem,
+    warned,
+)
 from flashlib.fast.naive import naive_attention
 from flashlib.fast.softmax import softmax
 from flashlib.studies.io_model import traffic
@@ -87,7 +95,8 @@ def _label(sizes: Sizes) -> str:
     return f"n_q={n_q}, n_k={n_k}, d={d}, d_v={d_v}"
 
 
-@checker("FLOPs of attention")
+@checker("FLOPs of attention",
+         forbid=names("flashlib.studies.io_model.attention_flops"))
 def check_attention_flops(fb: Feedback, fn: Callable[[int, int, int, int], int]) -> None:
     """Check ``flops(n_q, n_k, d, d_v)``: FLOPs of ``S = q k^T`` and ``O = P v`` (2 per FMA)."""
     _check_count(fb, fn, "FLOPs", lambda n_q, n_k, d, d_v: 2 * n_q * n_k * (d + d_v), {
@@ -104,7 +113,8 @@ def check_attention_flops(fb: Feedback, fn: Callable[[int, int, int, int], int])
     })
 
 
-@checker("HBM traffic of standard attention")
+@checker("HBM traffic of standard attention",
+         forbid=names("flashlib.studies.io_model.traffic", "flashlib.studies.io_model.io_count"))
 def check_standard_traffic(fb: Feedback, fn: Callable[[int, int, int, int], int]) -> None:
     """Check ``traffic(n_q, n_k, d, d_v)``: elements Algorithm 0 reads from and writes to HBM
     (:func:`flashlib.studies.io_model.traffic` ``("standard", ...)``, counted from the algorithm's
@@ -166,7 +176,8 @@ def _shape(x: Any) -> tuple[int, ...] | None:
         return None
 
 
-@checker("shapes of S, P, O and lse")
+@checker("shapes of S, P, O and lse",
+         forbid=names(ATTENTION))
 def check_attention_shapes(fb: Feedback, fn: Callable[..., dict[str, tuple[int, ...]]]) -> None:
     """Check ``shapes(q_shape, k_shape, v_shape)`` -> ``{"S", "P", "O", "lse"}`` shapes."""
     cases = [((2, 8, 1000, 64), (2, 8, 1000, 64), (2, 8, 1000, 64)),
@@ -313,7 +324,8 @@ def _lse_problem(q: np.ndarray, k: np.ndarray, got: np.ndarray, tol: float) -> s
     return f"lse: max |difference| {err_max:.3g} from log(sum(exp(s))) of each row"
 
 
-@checker("reference attention")
+@checker("reference attention",
+         forbid=names(ATTENTION))
 def check_reference_attention(
     fb: Feedback, fn: Callable[[np.ndarray, np.ndarray, np.ndarray], Any]
 ) -> None:
@@ -342,7 +354,7 @@ def check_reference_attention(
             if problem:
                 fb.fail(f"{label}: {problem}")
             elif caught:
-                fb.fail(f"{label}: right values, but numpy warned: {'; '.join(caught)}")
+                fb.fail(f"{label}: right values, but {'; '.join(warned(w) for w in caught)}")
             else:
                 fb.ok(f"{label}: O matches flashlib.naive_attention, lse each row's "
                       "logsumexp")

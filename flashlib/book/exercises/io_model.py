@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from flashlib.algorithms import standard_attention
-from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker
+from flashlib.book.exercises import MERGES, Feedback, LearnerError, call_learner, checker, names
 from flashlib.book.exercises.online_softmax import check_merge
 from flashlib.fast.online import finalize_partial, partial_attention
 from flashlib.studies.io_model import block_sizes, crossover_M, io_count, traffic
@@ -69,7 +69,9 @@ def _standard_hint(got: float, N: int, d: int) -> str:
                           "write P; 3. read P and V, write O")
 
 
-@checker("Algorithm 0's HBM accesses")
+@checker("Algorithm 0's HBM accesses",
+         forbid=names("flashlib.studies.io_model.traffic", "flashlib.studies.io_model.io_count",
+                      "flashlib.studies.tiling.count_io"))
 def check_standard_count(fb: Feedback, answer: Any) -> None:
     """Check Algorithm 0's count of elements read plus written: a function ``count(N, d)``,
     or a number for :data:`STANDARD_PROBLEM`."""
@@ -128,7 +130,10 @@ IO_CASES = [(64, 8, 256), (100, 16, 1000), (100, 16, 100), (257, 4, 300), (50, 8
             (33, 16, 16 * 33)]
 
 
-@checker("io_count")
+@checker("io_count",
+         forbid=names("flashlib.studies.io_model.io_count", "flashlib.studies.io_model.traffic",
+                      "flashlib.studies.io_model.block_counts",
+                      "flashlib.studies.tiling.count_io", "flashlib.studies.tiling.run_counted"))
 def check_io_count(fb: Feedback, fn: Callable[[int, int, int, int, str], Any]) -> None:
     """Check ``io_count(N, d, B_r, B_c, order) -> int``, the elements read plus written by
     "v1" and "v2" with blocks of B_r query rows and B_c key rows (those of
@@ -156,7 +161,8 @@ def check_io_count(fb: Feedback, fn: Callable[[int, int, int, int, str], Any]) -
 CROSSOVER_CASES = [(1024, 64), (4096, 128), (512, 16)]
 
 
-@checker("the crossover M")
+@checker("the crossover M",
+         forbid=names("flashlib.studies.io_model.crossover_M"))
 def check_crossover(fb: Feedback, answer: Any) -> None:
     """Check the M (elements) below which FlashAttention-2's order, with the paper's blocks
     given to its outer loop (``block_sizes(M, d, "v2")``), moves more than standard attention:
@@ -196,7 +202,8 @@ def check_crossover(fb: Feedback, answer: Any) -> None:
             return
 
 
-@checker("merging split-KV partial results")
+@checker("merging split-KV partial results",
+         forbid=names(MERGES))
 def check_split_kv_merge(fb: Feedback, fn: Callable[[Any, Any], Any]) -> None:
     """Check ``merge(a, b) -> (m, l, acc)`` with the online-softmax chapter's merge checker,
     then use it to combine the partial results of 4 programs that each attended to a quarter

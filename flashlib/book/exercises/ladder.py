@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker
+from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker, names, warned
 from flashlib.core.constants import LOG2E
 from flashlib.core.masks import causal_tiles
 from flashlib.studies.ladder import RESCALE_THRESHOLD
@@ -34,7 +34,7 @@ def _call(fn: Callable[..., Any], *args: Any) -> Any:
     """The learner's result; a numpy warning is a LearnerError here, as an exception is."""
     result, warns = call_learner(fn, *args)
     if warns:
-        raise LearnerError(f"numpy warned '{warns[0]}'")
+        raise LearnerError(f"{warned(warns[0])}")
     return result
 
 
@@ -70,7 +70,7 @@ def check_scores_base2(
                         "matmul, too late to keep the product in range; fold it into q "
                         "first, (q * c) @ k.T (n_q x d multiplications, not n_q x n_k)")
             elif warns:
-                fb.fail(f"{name}: numpy warned '{warns[0]}'")
+                fb.fail(f"{name}: {warned(warns[0])}")
             else:
                 _compare_scores(fb, name, got, want, dtype, 1e-5)
 
@@ -120,6 +120,22 @@ class _Counted(np.ndarray):
         if func in (np.dot, np.einsum, np.tensordot, np.inner, np.vdot):
             self.log.append("product")
         return super().__array_function__(func, types, args, kwargs)
+
+    def __reduce__(self) -> tuple:  # the log travels with the array (tools/grade.py)
+        return _rebuild_counted, (np.asarray(self), self.log)
+
+    def __grade_state__(self) -> list[str]:
+        """What the grader's sandbox sends back after the learner's call: the log."""
+        return list(self.log)
+
+    def __grade_sync__(self, state: list[str]) -> None:
+        self.log[:] = [str(entry) for entry in state]
+
+
+def _rebuild_counted(array: np.ndarray, log: list[str]) -> _Counted:
+    out = np.array(array).view(_Counted)
+    out.log = log
+    return out
 
 
 def _counted(x: np.ndarray, log: list[str]) -> _Counted:
@@ -220,7 +236,8 @@ def check_needs_rescale(
                 fb.ok(f"{name}: correct")
 
 
-@checker("causal tiles")
+@checker("causal tiles",
+         forbid=names("flashlib.core.masks.causal_tiles", "flashlib.core.masks.classify_tiles"))
 def check_causal_tiles(fb: Feedback, fn: Callable[[int, int, int], tuple[int, int]]) -> None:
     """``fn(n, block_q, block_k)`` -> (computed, masked) tile counts of an n x n top-left
     causal score matrix, as :func:`flashlib.core.masks.causal_tiles` (which also returns the

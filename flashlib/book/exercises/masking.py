@@ -22,7 +22,16 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker, shape_problem
+from flashlib.book.exercises import (
+    ATTENTION,
+    Feedback,
+    LearnerError,
+    call_learner,
+    checker,
+    names,
+    shape_problem,
+    warned,
+)
 from flashlib.core.masks import (
     band_tile_class,
     causal_bottom_right,
@@ -128,7 +137,9 @@ _TILE_HINTS = {
 }
 
 
-@checker("tile class")
+@checker("tile class",
+         forbid=names("flashlib.core.masks.band_tile_class", "flashlib.core.masks.tile_class",
+                      "flashlib.core.masks.classify_tiles"))
 def check_tile_class(fb: Feedback, fn: Callable[..., Any]) -> None:
     """Check ``tile_class(i0, i1, j0, j1, lo, hi, start, stop)`` on every tile of
     :data:`TILE_CASES` against the dense mask (row i sees key j when i + lo <= j <= i + hi and
@@ -168,7 +179,8 @@ def check_tile_class(fb: Feedback, fn: Callable[..., Any]) -> None:
 BLIND_CASES = [(5, 2, 3), (9, 4, 2), (7, 1, 4), (4, 4, 2), (3, 8, 2), (1, 1, 1)]
 
 
-@checker("rows that see no key")
+@checker("rows that see no key",
+         forbid=names(ATTENTION))
 def check_blind_rows(fb: Feedback, fn: Callable[[int, int, int], Any]) -> None:
     """Check ``blind_rows(n_q, n_k, d_v) -> (rows, O_rows, lse_rows)`` under the bottom-right
     causal mask: the row indices with no visible key, their outputs (len(rows), d_v) and their
@@ -213,7 +225,7 @@ def check_blind_rows(fb: Feedback, fn: Callable[[int, int, int], Any]) -> None:
                         "-inf, as flashlib returns it (a backward pass then gives the row "
                         "P = 0 itself: exp(S - lse) would be exp(-inf + inf) = NaN)")
             elif warns:
-                fb.fail(f"{label}: right answer, but numpy warned '{warns[0]}'")
+                fb.fail(f"{label}: right answer, but {warned(warns[0])}")
             else:
                 fb.ok(f"{label}: rows {want.tolist()}, O = 0 and lse = -inf there (flash-attn "
                       "stores +inf instead, so that its backward's exp(S - lse) is 0)")
@@ -291,7 +303,8 @@ def _nan_cases() -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarr
 FAR_SCORE = -800.0
 
 
-@checker("find the NaN")
+@checker("find the NaN",
+         forbid=names(ATTENTION))
 def check_guarded_forward(fb: Feedback, fn: Callable[..., Any]) -> None:
     """Check ``guarded_forward(Q, K, V, mask, B_r, B_c) -> (O, L)`` against masked attention on
     tiles where a row sees no key (before it sees some, or at all): no NaN, no warning, O = 0
@@ -339,7 +352,7 @@ def check_guarded_forward(fb: Feedback, fn: Callable[..., Any]) -> None:
                     1.0, float(np.max(np.abs(lse[~blind]), initial=0.0))):
                 fb.fail(f"{label}: O is right but L is not the logsumexp m_i + log(l_i)")
             elif warns:
-                fb.fail(f"{label}: right answer, but numpy warned '{warns[0]}': the guard "
+                fb.fail(f"{label}: right answer, but {warned(warns[0])}: the guard "
                         "must avoid computing -inf - (-inf) and log(0), not hide the result")
             else:
                 fb.ok(f"{label}: equals masked attention, O = 0 and L = -inf on rows that see "
@@ -349,7 +362,8 @@ def check_guarded_forward(fb: Feedback, fn: Callable[..., Any]) -> None:
 # --- flash-attn's window_size ----------------------------------------------------------------
 
 
-@checker("flash-attn window_size")
+@checker("flash-attn window_size",
+         forbid=names("flashlib.core.masks.window_from"))
 def check_window_size(fb: Feedback, fn: Callable[[int], Any]) -> None:
     """Check ``window_size_for(W) -> (left, right)``: flash-attn's ``window_size`` for causal
     attention over "W tokens including the current one" (Transformers' ``sliding_window=W``)."""

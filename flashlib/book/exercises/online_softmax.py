@@ -13,7 +13,16 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker, fmt
+from flashlib.book.exercises import (
+    MERGES,
+    Feedback,
+    LearnerError,
+    call_learner,
+    checker,
+    fmt,
+    names,
+    warned,
+)
 from flashlib.fast.online import (
     PartialAttention,
     finalize_partial,
@@ -45,7 +54,11 @@ def _as_pair(result: Any) -> tuple[float, float]:
         raise LearnerError(f"return a pair (m_new, l_new), got {result!r}") from None
 
 
-@checker("online softmax update")
+@checker("online softmax update",
+         forbid=names("flashlib.algorithms.online_update",
+                      "flashlib.fast.online.online_softmax_update",
+                      "flashlib.fast.online.online_softmax",
+                      "flashlib.fast.online.two_pass_softmax_state"))
 def check_online_update(fb: Feedback,
                         fn: Callable[[float, float, float], tuple[float, float]]) -> None:
     """Check ``update(m, l, x) -> (m_new, l_new)``, the one-value online softmax step."""
@@ -83,7 +96,7 @@ def check_online_update(fb: Feedback,
                     hint = "l_new = l * exp(m - m_new) + exp(x - m_new)"
                 fb.fail(f"{name}: l_new = {l_got:.6g}, expected {l_want:.6g}: {hint}")
             elif warns:
-                fb.fail(f"{name}: right answer, but numpy warned '{warns[0]}'")
+                fb.fail(f"{name}: right answer, but {warned(warns[0])}")
             else:
                 fb.ok(f"{name}: ({m_want}, {l_want:.6g})")
     if fb.problems:
@@ -96,7 +109,7 @@ def check_online_update(fb: Feedback,
             got, warns = call_learner(fn, np.float64(m), np.float64(l), np.float64(x))
             m, l = _as_pair(got)  # noqa: E741
             if warns:
-                fb.fail(f"{label}: at value {i} (x = {x:.6g}) numpy warned '{warns[0]}'")
+                fb.fail(f"{label}: at value {i} (x = {x:.6g}) {warned(warns[0])}")
         if case.failed or fb.problems:
             return  # stop at the first bad step
     ref = two_pass_softmax_state(stream)
@@ -142,7 +155,8 @@ def _same_partial(p: PartialAttention, q: PartialAttention) -> bool:
             and np.allclose(p.acc, q.acc, rtol=1e-12, atol=1e-15))
 
 
-@checker("merge of partial states")
+@checker("merge of partial states",
+         forbid=names(MERGES))
 def check_merge(fb: Feedback, fn: Callable[[PartialAttention, PartialAttention], Any]) -> None:
     """Check ``merge(a, b) -> (m, l, acc)`` of two partial attention states."""
     a, b, s, v = _random_partials(0)
@@ -179,7 +193,7 @@ def check_merge(fb: Feedback, fn: Callable[[PartialAttention, PartialAttention],
                 hint = "acc = acc_a exp(m_a - m) + acc_b exp(m_b - m)"
             fb.fail(f"two blocks with different maxima: acc is wrong; {hint}")
         elif warns:
-            fb.fail(f"two blocks: right answer, but numpy warned '{warns[0]}'")
+            fb.fail(f"two blocks: right answer, but {warned(warns[0])}")
         else:
             fb.ok("two blocks with different maxima: equals attention over all keys")
     if fb.problems:
@@ -200,7 +214,7 @@ def check_merge(fb: Feedback, fn: Callable[[PartialAttention, PartialAttention],
             fb.fail("merging with the empty state changed the state; it should be the "
                     "identity")
         elif warns:
-            fb.fail(f"merging with the empty state: numpy warned '{warns[0]}'")
+            fb.fail(f"merging with the empty state: {warned(warns[0])}")
         else:
             fb.ok("merge(a, empty) == a")
     with fb.case("merge(empty, empty)"):

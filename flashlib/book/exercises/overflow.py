@@ -16,7 +16,15 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.book.exercises import Feedback, call_learner, checker, fmt, shape_problem
+from flashlib.book.exercises import (
+    Feedback,
+    call_learner,
+    checker,
+    fmt,
+    names,
+    shape_problem,
+    warned,
+)
 from flashlib.fast.softmax import softmax
 from flashlib.studies.overflow import exp_overflow_threshold
 
@@ -50,7 +58,9 @@ def _all_neg_inf_hint(warns: list[str]) -> str:
             "and l = 0 (0 / 0 is NaN)")
 
 
-@checker("stable softmax")
+@checker("stable softmax",
+         forbid=names("flashlib.fast.softmax.softmax", "flashlib.algorithms.safe_softmax",
+                      "flashlib.studies.overflow.safe_softmax_passes"))
 def check_stable_softmax(fb: Feedback, fn: Callable[[np.ndarray], np.ndarray]) -> None:
     """Check a learner's ``softmax(x)`` along the last axis: finite, exact, dtype-preserving,
     and zeros for a row that is entirely -inf (a query that may attend to no key)."""
@@ -105,7 +115,7 @@ def check_stable_softmax(fb: Feedback, fn: Callable[[np.ndarray], np.ndarray]) -
                 advice = ("compute no NaN on the way: repairing it afterwards still warns"
                           if blind.any() else
                           "a stable softmax never computes exp of a positive number")
-                fb.fail(f"{name}: right answer, but numpy warned '{warns[0]}': {advice}")
+                fb.fail(f"{name}: right answer, but {warned(warns[0])}: {advice}")
             else:
                 fb.ok(f"{name}: correct")
 
@@ -136,7 +146,8 @@ def _threshold(dt: np.dtype) -> float:
     return float(x)
 
 
-@checker("overflow threshold")
+@checker("overflow threshold",
+         forbid=names("flashlib.studies.overflow.exp_overflow_threshold"))
 def check_overflow_threshold(fb: Feedback, answer: float | Callable[[Any], float],
                              dtype: Any = np.float16) -> None:
     """Check the largest ``x`` of ``dtype`` with finite ``exp(x)``.
@@ -190,7 +201,8 @@ def check_overflow_threshold(fb: Feedback, answer: float | Callable[[Any], float
                 fb.fail(f"{dt}: {float(x)!r} is not the threshold")
 
 
-@checker("memory of S")
+@checker("memory of S",
+         forbid=names("flashlib.studies.intro.score_matrix_bytes"))
 def check_score_bytes(fb: Feedback, fn: Callable[[int, Any], int]) -> None:
     """Check ``score_bytes(n, dtype)``: bytes of one (n, n) score matrix ``S`` in ``dtype``.
 
@@ -276,7 +288,9 @@ def _stats_mistake(s: np.ndarray, m: np.ndarray, l: np.ndarray,  # noqa: E741
     return f"l is {fmt(l)}, expected {fmt(l_want)}"
 
 
-@checker("row statistics in the input's dtype")
+@checker("row statistics in the input's dtype",
+         forbid=names("flashlib.fast.online.two_pass_softmax_state",
+                      "flashlib.fast.online.online_softmax"))
 def check_row_stats(fb: Feedback, fn: Callable[[np.ndarray], Any]) -> None:
     """Check ``row_stats(s)`` -> ``(m, l)`` for s of shape (rows, n): ``m`` each row's maximum,
     ``l`` each row's sum of ``exp(s - m)``, both of shape (rows,) in ``s``'s own dtype, ``s``
@@ -325,6 +339,6 @@ def check_row_stats(fb: Feedback, fn: Callable[[np.ndarray], Any]) -> None:
             if problem:
                 fb.fail(f"{name}: {problem}")
             elif warns:
-                fb.fail(f"{name}: right answer, but numpy warned '{warns[0]}'")
+                fb.fail(f"{name}: right answer, but {warned(warns[0])}")
             else:
                 fb.ok(f"{name}: m and l right, in {s.dtype}")

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker, fmt
+from flashlib.book.exercises import Feedback, LearnerError, call_learner, checker, fmt, names
 from flashlib.core.accuracy import error_stats
 from flashlib.studies.precision import (
     Casts,
@@ -138,7 +138,10 @@ def _significant_cases() -> list[tuple[str, np.ndarray, int]]:
     ]
 
 
-@checker("rounding to p significant bits")
+@checker("rounding to p significant bits",
+         forbid=names("flashlib.studies.precision.round_to",
+                      "flashlib.studies.precision.saturate_to",
+                      "flashlib.studies.precision.quantize"))
 def check_round_significant(fb: Feedback, fn: Callable[[np.ndarray, int], np.ndarray]
                             ) -> None:
     """Check ``round_significant(x, p)``: each value of x rounded to the nearest number with
@@ -409,7 +412,8 @@ def _rule_cases() -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray, bool, s
     ]
 
 
-@checker("flash-attn's rule, with FlashAttention-3's allowance")
+@checker("flash-attn's rule, with FlashAttention-3's allowance",
+         forbid=names("flashlib.core.accuracy.assert_error_within"))
 def check_fa3_rule(fb: Feedback, fn: Callable[[np.ndarray, np.ndarray, np.ndarray, str], Any]
                    ) -> None:
     """Check ``assert_fa3_rule(out, plain, ref, dtype)``: raises AssertionError exactly when
@@ -462,7 +466,8 @@ def _fp8_error(Q: np.ndarray, K: np.ndarray, V: np.ndarray, ref: np.ndarray) -> 
         return error_stats(fp8_attention(Q, K, V, block_scaling=False), ref).rms
 
 
-@checker("Hadamard rotation")
+@checker("Hadamard rotation",
+         forbid=names("flashlib.studies.precision.random_hadamard"))
 def check_rotation(fb: Feedback, fn: Callable[..., tuple[np.ndarray, np.ndarray]]) -> None:
     """Check ``rotate(Q, K, rng) -> (Q_rot, K_rot)``: the scores Q K^T unchanged, and
     per-tensor FP8 attention of (Q_rot, K_rot, V) more accurate than of (Q, K, V) on inputs

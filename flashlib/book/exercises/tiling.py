@@ -21,11 +21,15 @@ from typing import Any
 import numpy as np
 
 from flashlib.book.exercises import (
+    ATTENTION,
+    MERGES,
     Feedback,
     LearnerError,
     call_learner,
     checker,
+    names,
     shape_problem,
+    warned,
 )
 from flashlib.core.measure import measure_peak
 from flashlib.studies.io_model import block_counts
@@ -199,7 +203,9 @@ def _diagnose(m: np.ndarray, l: np.ndarray, acc: np.ndarray,  # noqa: E741
     return "compare with Algorithm 2's steps 2 to 5, line by line"
 
 
-@checker("tiled state (m, l, acc)")
+@checker("tiled state (m, l, acc)",
+         forbid=names(ATTENTION, MERGES, "flashlib.fast.online.partial_attention",
+                      "flashlib.fast.online.partial_blocks"))
 def check_tiled_state(fb: Feedback, fn: Callable[..., Any]) -> None:
     """Check ``tiled_state(Q, K, V, B_r, B_c) -> (m, l, acc)``, the online-softmax state of
     every query row over all the keys, against the exact state on ragged shapes, one row,
@@ -231,7 +237,7 @@ def check_tiled_state(fb: Feedback, fn: Callable[..., Any]) -> None:
                         "against m: l = rowsum(exp(S - m)), acc = exp(S - m) V (unnormalised: "
                         "do not divide acc by l)")
             elif warns:
-                fb.fail(f"{name}: right answer, but numpy warned '{warns[0]}'")
+                fb.fail(f"{name}: right answer, but {warned(warns[0])}")
             else:
                 fb.ok(f"{name}: the exact (m, l, acc)")
     if fb.problems:
@@ -283,7 +289,9 @@ def _schedule_variants(n_q: int, n_k: int, B_r: int, B_c: int, order: str
     ]
 
 
-@checker("tile schedule")
+@checker("tile schedule",
+         forbid=names(ATTENTION, "flashlib.studies.tiling.logged_tiles",
+                      "flashlib.studies.tiling.run_counted"))
 def check_tile_schedule(fb: Feedback, fn: Callable[[int, int, int, int, str], Any]) -> None:
     """Check ``tile_schedule(n_q, n_k, B_r, B_c, order) -> [(i, j), ...]`` against the tiles in
     the event log of the teaching functions, for "v1" and "v2"."""
@@ -341,7 +349,12 @@ def _o_writes_hint(got: float, N: int, B_r: int, B_c: int, order: str) -> str:
                           f"T_c = ceil(N / B_c) = {T_c}")
 
 
-@checker("writes of O")
+@checker("writes of O",
+         forbid=names(ATTENTION, "flashlib.studies.tiling.count_io",
+                      "flashlib.studies.tiling.run_counted",
+                      "flashlib.studies.tiling.schedule_counts",
+                      "flashlib.studies.io_model.io_count",
+                      "flashlib.studies.io_model.block_counts"))
 def check_o_writes(fb: Feedback, fn: Callable[[int, int, int, str], Any]) -> None:
     """Check ``o_writes(N, B_r, B_c, order)``: the block writes of O (``O[i : i + B_r] =
     ...``; not the initialisation) of Algorithm 1 ("v1") and FlashAttention-2 ("v2") for
@@ -427,7 +440,10 @@ def _square_hint(got: Any, M: int, d: int, want: int) -> str:
             "largest")
 
 
-@checker("the largest square block")
+@checker("the largest square block",
+         forbid=names("flashlib.studies.io_model.sram_footprint",
+                      "flashlib.studies.io_model.block_sizes",
+                      "flashlib.studies.io_model.paper_block_sizes"))
 def check_square_block(fb: Feedback, fn: Callable[[int, int], Any]) -> None:
     """Check ``square_block(M, d) -> B``: the largest B such that one step of FlashAttention-2
     with B_r = B_c = B and d_v = d, B^2 + (4d + 2) B elements, fits in M; 0 when none does."""
@@ -442,10 +458,9 @@ def check_square_block(fb: Feedback, fn: Callable[[int, int], Any]) -> None:
         isinstance(got, int | np.integer) and not isinstance(got, bool)
         and got == largest_square_block(M, d))]
     if not wrong:
-        warned = next(((M, d, w[0]) for M, d, _, w in answers if w), None)
-        if warned:
-            fb.fail(f"M = {warned[0]:,}, d = {warned[1]}: right answer, but numpy warned "
-                    f"'{warned[2]}'")
+        first = next(((M, d, w[0]) for M, d, _, w in answers if w), None)
+        if first:
+            fb.fail(f"M = {first[0]:,}, d = {first[1]}: right answer, but {warned(first[2])}")
         else:
             fb.ok(f"the largest B for all {len(SQUARE_CASES)} (M, d), including M too small "
                   "for B = 1")

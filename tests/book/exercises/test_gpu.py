@@ -345,3 +345,58 @@ def test_a_plain_function_is_called_once_and_named(answer):
                       "not a Triton kernel")
     assert ex.check_softmax_kernel(lambda *args: None).problems[0].endswith(
         "this is not a Triton kernel: put @triton.jit on the line before its def")
+
+
+# ---- in the grader: the learner's code runs on its own side ------------------------------------
+
+class _Sandbox:
+    """The grader's sandbox in one process: a checker's learner-side helper
+    (flashlib.book.exercises.learner_side) gets its arguments through the judge's pickling,
+    runs with the learner's own object, and its result and errors come back through the
+    wire's plain-data encoding (tools.grade_rpc), as tools/grade_worker.py does."""
+
+    def __init__(self, learner):
+        self.objects = {0: learner}
+        self.helped: list[str] = []
+
+    def helper(self, module, qualname, args, kwargs):
+        from tools import grade_rpc as rpc
+
+        self.helped.append(qualname)
+        args, kwargs = rpc.loads(rpc.dumps((tuple(args), dict(kwargs)), []), self.objects,
+                                 lambda ident: None)
+        fn = importlib.import_module(module)
+        for part in qualname.split("."):
+            fn = getattr(fn, part)
+        try:
+            result = getattr(fn, "__wrapped__", fn)(*args, **kwargs)
+        except Exception as err:  # noqa: BLE001 - back to the judge as the worker sends it
+            raise rpc.exception_from_tree(rpc.exception_tree(err)) from None
+        return rpc.decode(*rpc.encode(result))
+
+
+def _remote(sandbox):
+    from tools import grade_rpc as rpc
+
+    return rpc.RemoteCallable(0, sandbox, {"type": "JITFunction"})
+
+
+@interpreter_only
+def test_kernels_run_where_the_learners_code_is(answer):
+    """In the grader the judge holds a handle on the learner's function: every launch of it
+    (the probes, the library kernel with the learner's piece, a whole kernel under the memory
+    watch) runs on the learner's side, and what the checker needs comes back as plain data."""
+    sandbox = _Sandbox(END)
+    assert ex.check_key_end(_remote(sandbox)).passed
+    assert {"_probe", "_run_forward"} <= set(sandbox.helped)
+    sandbox = _Sandbox(answer("ex-gpu-softmax").softmax_kernel)
+    fb = ex.check_softmax_kernel(_remote(sandbox))
+    assert fb.passed, text(fb)
+    assert set(sandbox.helped) == {"_watched_launch"}
+    wrong = answer("ex-gpu-softmax", ("X + r * stride_x", "X + r * n_cols")).softmax_kernel
+    assert_fails_with(ex.check_softmax_kernel(_remote(_Sandbox(wrong))),
+                      "program_id 1 read X[0, 10]: the rows of X are stride_x elements apart")
+    todo = answer("ex-gpu-softmax", ("    r = tl.program_id(0)",
+                                     "    raise NotImplementedError\n    r = tl.program_id(0)"))
+    assert ex.check_softmax_kernel(_remote(_Sandbox(todo.softmax_kernel))).problems == [
+        NOT_ATTEMPTED]

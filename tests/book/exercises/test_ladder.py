@@ -11,7 +11,11 @@ from flashlib.book.exercises import NOT_ATTEMPTED
 from flashlib.book.exercises import ladder as lx
 from flashlib.core.constants import LOG2E
 from flashlib.core.masks import causal_tiles
-from tests.helpers import assert_fails_with, crashing, not_attempted, text
+from tests.helpers import assert_fails_with, crashing, learner_copy, not_attempted, text
+
+# a learner's copy: the library's own causal_tiles is refused in the causal-tiles exercise
+LIBRARY_CAUSAL_TILES = causal_tiles
+causal_tiles = learner_copy(causal_tiles)
 
 ALL = [lx.check_scores_base2, lx.check_pv_and_rowsum, lx.check_needs_rescale,
        lx.check_causal_tiles]
@@ -119,3 +123,5 @@ def test_check_causal_tiles():
     no_mask = check_causal_tiles(lambda n, bq, bk: (causal_tiles(n, n, bq, bk)[0], 0))
     assert not no_mask.passed and "top-right" in str(no_mask)
     assert "ZeroDivisionError" in str(check_causal_tiles(lambda n, bq, bk: 1 / 0))
+    assert_fails_with(check_causal_tiles(lambda n, bq, bk: LIBRARY_CAUSAL_TILES(n, n, bq, bk)[:2]),
+                      "refused: your code calls flashlib's `causal_tiles`")

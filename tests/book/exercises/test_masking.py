@@ -15,6 +15,7 @@ from tests.helpers import (
     assert_fails_with,
     book_solution,
     crashing,
+    learner_copy,
     max_err,
     not_attempted,
     reference_attention,
@@ -22,6 +23,11 @@ from tests.helpers import (
     torch,
     torch_attention,
 )
+
+# What a learner who copied the library's code hands in (the library's own functions are
+# refused where the exercise asks for them: test_library_functions_are_refused)
+band_tile_class = learner_copy(band_tile_class)
+masked_flash_forward = learner_copy(masked_flash_forward)
 
 ALL = [mx.check_tile_class, mx.check_blind_rows, mx.check_guarded_forward,
        mx.check_window_size]
@@ -181,3 +187,14 @@ def test_window_size():
     assert_fails_with(mx.check_window_size(lambda W: (W, W)), "future keys", "inclusive")
     assert_fails_with(mx.check_window_size(lambda W: (W - 2, 0)), "keys, not")
     assert_fails_with(mx.check_window_size(lambda W: W), "pair")
+
+
+def test_library_functions_are_refused():
+    """An answer that is, or calls, the library's function is refused, with the reason."""
+    from flashlib.core import masks
+
+    assert_fails_with(mx.check_tile_class(masks.band_tile_class), "refused", "band_tile_class")
+    assert_fails_with(mx.check_tile_class(
+        lambda i0, i1, j0, j1, lo, hi, start, stop: masks.band_tile_class(i0, i1, j0, j1, lo,
+                                                                          hi, stop)),
+        "refused", "your code calls flashlib's `band_tile_class`")

@@ -11,9 +11,16 @@ from flashlib.book.exercises import online_softmax as ol
 from flashlib.book.exercises import overflow as ov
 from flashlib.fast.online import PartialAttention, merge_partials, partial_attention
 from flashlib.studies.overflow import exp_overflow_threshold, naive_softmax, safe_softmax_passes
-from tests.helpers import assert_fails_with, not_attempted, text
+from tests.helpers import assert_fails_with, learner_copy, not_attempted, text
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
+
+# What a learner who copied the library's code hands in (the library's own functions are
+# refused where the exercise asks for them: test_the_library_itself_is_refused)
+LIBRARY_MERGE = merge_partials
+merge_partials = learner_copy(merge_partials)
+exp_overflow_threshold = learner_copy(exp_overflow_threshold)
+safe_softmax = learner_copy(safe_softmax)
 
 # ---- stable softmax -------------------------------------------------------------------------
 
@@ -299,7 +306,7 @@ def test_online_update_reports_errors_on_the_stream(kind, phrase):
 
 # ---- merge ----------------------------------------------------------------------------------
 
-def test_merge_accepts_flashlib_merge():
+def test_merge_accepts_a_copy_of_flashlib_merge():
     fb = ol.check_merge(merge_partials)
     assert fb.passed, text(fb)
 
@@ -400,3 +407,12 @@ def test_merge_counterexample():
 def test_checkers_report_without_raising(checker, fn):
     fb = checker(fn)
     assert not fb.passed and "NOT YET" in text(fb)
+
+
+def test_the_library_itself_is_refused():
+    """merge_partials passed 3.2 (issue 25): the library's merge, passed or called, is
+    refused with a clear message."""
+    assert_fails_with(ol.check_merge(LIBRARY_MERGE), "refused: you passed flashlib's "
+                      "`merge_partials`, which computes the answer")
+    assert_fails_with(ol.check_merge(lambda a, b: LIBRARY_MERGE(a, b)),
+                      "refused: your code calls flashlib's `merge_partials`")

@@ -1,0 +1,168 @@
+"""The class's files (tools/gradebook.py): a roster mapped to the notebooks, learning
+platforms' export names recognised as one student, the wide gradebook.csv and one feedback
+file per student; and the flags for the instructor (tools/grade_lint.py)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tests.helpers import student_notebook
+from tools import grade, grade_lint, gradebook
+
+CHAPTER = grade.ROOT / "book" / "online-softmax.md"
+RIGHT_EMPTY = """
+def empty(n_q, d_v):
+    return np.full(n_q, -np.inf), np.zeros(n_q), np.zeros((n_q, d_v))
+
+
+check_empty_partial(empty)
+"""
+ROSTER = """Student,ID,SIS User ID,SIS Login ID,Email
+Points Possible,,,,
+"Smith, Alice",1001,S1,asmith,alice.smith@uni.edu
+Bob Jones,1002,S2,bjones,bob@uni.edu
+Chloé Núñez,1003,S3,cnunez,chloe@uni.edu
+"""
+
+
+@pytest.mark.parametrize(("path", "key", "late", "file"), [
+    ("smithalice_1001_5551_Copy of overflow.ipynb", "smithalice", False,
+     "Copy of overflow.ipynb"),
+    ("smithalice_LATE_1001_5551_overflow-1.ipynb", "smithalice", True, "overflow-1.ipynb"),
+    ("Alice Smith_1234_assignsubmission_file_/overflow.ipynb", "Alice Smith", False,
+     "overflow.ipynb"),
+    ("Alice Smith_1234_assignsubmission_file_overflow.ipynb", "Alice Smith", False,
+     "overflow.ipynb"),
+    ("Week 1_asmith_attempt_2026-01-20-10-31-00_overflow.ipynb", "asmith", False,
+     "overflow.ipynb"),
+    ("alice/overflow.ipynb", "alice", False, "overflow.ipynb"),
+    ("submitted/alice/week1/overflow.ipynb", "submitted", False, "overflow.ipynb"),
+    ("alice.ipynb", "alice", False, "alice.ipynb"),
+])
+def test_platform_names(path, key, late, file):
+    who = gradebook.owner(Path(path))
+    assert (who.key, who.late, who.file_name) == (key, late, file)
+
+
+def test_one_student_for_all_their_files():
+    """Issue 25: ``smithalice_1001_5551_Copy of overflow.ipynb`` was two students, each
+    missing a chapter; now one student, both chapters, matched to the roster."""
+    roster = gradebook.load_roster_text(ROSTER)
+    assert [(s.id, s.name, s.email) for s in roster] == [
+        ("1001", "Alice Smith", "alice.smith@uni.edu"), ("1002", "Bob Jones", "bob@uni.edu"),
+        ("1003", "Chloé Núñez", "chloe@uni.edu")]
+    names = ["smithalice_1001_5551_Copy of overflow.ipynb",
+             "smithalice_LATE_1001_5552_online-softmax.ipynb", "jonesbob_1002_5553_x.ipynb",
+             "Chloe Nunez_88_assignsubmission_file_/overflow.ipynb", "asmith/overflow.ipynb",
+             "chloe@uni.edu/overflow.ipynb", "zed_9_9_overflow.ipynb"]
+    matched = [gradebook.match_roster(gradebook.owner(Path(n)), roster) for n in names]
+    assert [m.id if m else None for m in matched] == [
+        "1001", "1001", "1002", "1003", "1001", "1003", None]
+
+
+def test_roster_headers_and_errors(tmp_path):
+    path = tmp_path / "moodle.csv"
+    path.write_text("First name;Surname;ID number;Email address\nAlice;Smith;42;a@x.org\n",
+                    encoding="utf-8")
+    (alice,) = gradebook.load_roster(path)
+    assert (alice.id, alice.name, alice.email) == ("42", "Alice Smith", "a@x.org")
+    path.write_text("who,what\nx,y\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="no column for the student id or email"):
+        gradebook.load_roster(path)
+
+
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """A Canvas export of the online-softmax notebooks for a roster of three: Alice hands it
+    in twice (the resubmission late and worse), Bob not at all, Chloé once, and someone
+    not on the roster once."""
+    folder = tmp_path_factory.mktemp("canvas")
+    subs = folder / "submissions"
+    subs.mkdir()
+    roster = folder / "roster.csv"
+    roster.write_text(ROSTER, encoding="utf-8")
+    good = student_notebook(CHAPTER, {"3.3": RIGHT_EMPTY})
+    nbformat.write(good, subs / "smithalice_1001_5551_Copy of online-softmax.ipynb")
+    nbformat.write(student_notebook(CHAPTER, {}),
+                   subs / "smithalice_LATE_1001_5557_online-softmax-1.ipynb")
+    nbformat.write(good, subs / "nunezchloe_1003_5552_online-softmax.ipynb")
+    nbformat.write(good, subs / "stranger_2000_5553_online-softmax.ipynb")
+    out = folder / "report"
+    assert grade.main([str(subs), "--out", str(out), "--roster", str(roster), "--timeout",
+                       "20"]) == 0
+    with open(out / "gradebook.csv", encoding="utf-8", newline="") as f:
+        book = list(csv.DictReader(f))
+    return out, book
+
+
+def test_the_wide_gradebook(graded):
+    out, book = graded
+    assert list(book[0]) == ["student_id", "name", "email", "Exercise 3.1", "Exercise 3.2",
+                             "Exercise 3.3", "Exercise 3.4", "total", "out_of", "percent",
+                             "late"]
+    rows = {r["student_id"]: r for r in book}
+    assert list(rows) == ["1001", "1002", "1003", "stranger"]  # roster order, then others
+    alice = rows["1001"]
+    assert (alice["name"], alice["email"]) == ("Alice Smith", "alice.smith@uni.edu")
+    assert (alice["Exercise 3.3"], alice["total"], alice["out_of"]) == ("1", "1", "4")
+    assert alice["late"] == "online-softmax"  # her resubmission came late: best one counts
+    assert rows["1002"]["total"] == "0"  # nothing handed in
+    assert rows["1003"]["Exercise 3.3"] == "1"
+    with open(out / "results.csv", encoding="utf-8", newline="") as f:
+        results = list(csv.DictReader(f))
+    bob = [r for r in results if r["student"] == "1002"]
+    assert [(r["chapter"], r["status"]) for r in bob] == [("online-softmax", "missing")]
+    summary = (out / "summary.md").read_text(encoding="utf-8")
+    assert "## Notebooks of no one on the roster" in summary
+    assert "stranger_2000_5553_online-softmax.ipynb" in summary
+
+
+def test_nbgrader_and_otter_files_use_the_roster(graded):
+    out, _ = graded
+    with open(out / "nbgrader_grades.csv", encoding="utf-8", newline="") as f:
+        rows = {r["student_id"]: r for r in csv.DictReader(f)}
+    assert (rows["1001"]["first_name"], rows["1001"]["last_name"]) == ("Alice", "Smith")
+    assert rows["1001"]["email"] == "alice.smith@uni.edu"
+    assert rows["1001"]["score"] == "1.0" and rows["1002"]["score"] == "0.0"
+    assert (out / "otter_final_grades_online-softmax.csv").is_file()
+
+
+def test_one_feedback_file_per_student(graded):
+    out, _ = graded
+    files = sorted(p.name for p in (out / "feedback").iterdir())
+    assert files == ["1001.md", "1002.md", "1003.md", "stranger.md"]
+    alice = (out / "feedback" / "1001.md").read_text(encoding="utf-8")
+    assert alice.startswith("# Feedback: Alice Smith")
+    assert "| 3.3 | passed | 1 |" in alice
+    assert "How your notebook was graded" in alice
+    assert "Chloé" not in alice and "stranger" not in alice  # nobody else's results
+    assert "flag" not in alice.lower()  # the instructor's flags stay in summary.md
+    assert "Not handed in" in (out / "feedback" / "1002.md").read_text(encoding="utf-8")
+
+
+def test_flags_for_the_instructor():
+    flags = grade_lint.flags([
+        "import numpy as np\nnp.allclose = lambda *a, **k: True\n",
+        "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n",
+        "import sys\nprint(sys.argv)\nopen('/proc/self/status').read()\n",
+        "from flashlib.fast.online import merge_partials\nsetattr(Feedback, 'passed', 1)\n",
+    ], forbidden=["flashlib.fast.online.merge_partials"])
+    text = "\n".join(flags)
+    for phrase in ("patches `np.allclose`", "sends a signal to a process (os.kill)",
+                   "imports signal", "reads sys.argv", "names the path or file '/proc/self",
+                   "imports flashlib's `merge_partials`", "patches `Feedback` (setattr)"):
+        assert phrase in text, phrase
+    assert grade_lint.flags(["def merge(a, b):\n    return np.maximum(a[0], b[0])\n"]) == []
+
+
+def test_same_answer_typed_again_has_the_same_fingerprint():
+    a = "def f(x):\n    return x + 1  # mine\n"
+    b = "def f(x):\n\n    return x+1\n"
+    assert grade_lint.fingerprint([a]) == grade_lint.fingerprint([b])
+    assert grade_lint.fingerprint([a]) != grade_lint.fingerprint(["def f(x):\n    return x\n"])
