@@ -176,7 +176,8 @@ def exercise_table() -> str:
 MEETINGS = [
     {"title": "Attention, its cost, and the overflow of exp",
      "chapters": ["intro", "overflow"],
-     "lecture": "20 min: Algorithm 0 and where its n x n matrices live (HBM, SRAM); "
+     "lecture": "20 min: Algorithm 0 and where its n x n matrices live ({term}`HBM`, "
+                "{term}`SRAM`); "
                 "exp's overflow threshold and the safe softmax",
      "in_class": ["1.1", "1.3", "2.1", "2.2"],
      "outcomes": [
@@ -215,7 +216,7 @@ MEETINGS = [
     {"title": "The backward pass, and precision",
      "chapters": ["backward", "precision"],
      "lecture": "25 min: D = rowsum(dO * O), recomputation, the base-2 trap; rounding to "
-                "bfloat16 and FP8, flash-attn's 2x rule",
+                "bfloat16 and {term}`FP8`, flash-attn's 2x rule",
      "in_class": ["7.1", "7.3", "8.1", "8.4"],
      "outcomes": [
          ("derive D (with a gradient of L too) and dS from the softmax's Jacobian, and "
@@ -229,8 +230,8 @@ MEETINGS = [
           ["8.4", "8.5"])]},
     {"title": "The IO model, and beyond FlashAttention-1",
      "chapters": ["io-model", "beyond"],
-     "lecture": "25 min: Theorem 2 against a counting memory, the roofline; split-KV "
-                "decoding and grouped-query attention",
+     "lecture": "25 min: Theorem 2 against a counting memory, the {term}`roofline`; "
+                "{term}`split-KV` decoding and {term}`grouped-query attention`",
      "in_class": ["9.1", "9.3", "11.1"],
      "outcomes": [
          ("count Algorithm 0's and Algorithm 1's HBM traffic, and find the SRAM size below "

@@ -472,7 +472,8 @@ def library_call_problem(calls: list[tuple[str, list]]) -> str | None:
 
 def _own_library_function(fn: Any) -> str | None:
     """The forbidden name that ``fn`` itself is (the learner passed the library's function,
-    or a functools.partial of it), or None."""
+    or a functools.partial of it), or None.  Any forbidden name counts, a rule's too: a rule
+    allows some calls inside an answer, never the library function as the answer."""
     spec = _FORBIDDEN.get()
     if not spec or getattr(fn, "__learner_remote__", False):
         return None
@@ -480,7 +481,7 @@ def _own_library_function(fn: Any) -> str | None:
         fn = fn.func
     code = getattr(fn, "__code__", None)
     for name in spec:
-        if spec[name] is None and code is not None and code in library_codes([name]):
+        if code is not None and code in library_codes([name]):
             return name
     return None
 

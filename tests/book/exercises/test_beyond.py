@@ -117,3 +117,17 @@ def test_grouped_query():
                       "you called flash_attention")
     assert globals()["flash_attention"] is bx.LIBRARY_ATTENTION["flash_attention"]
     common(bx.check_grouped_query)
+
+
+def test_grouped_query_refuses_the_library_function_passed_as_the_answer():
+    """A forbid rule lets some calls through inside an answer, never the library function
+    itself as the answer: flash_attention and decode_attention take grouped-query heads, so
+    passing either as ``gqa`` would pass (the student edition imports both)."""
+    import flashlib
+    from flashlib.book.exercises.beyond import check_grouped_query
+    from flashlib.fast.decoding import decode_attention
+
+    for fn in (flashlib.flash_attention, decode_attention):
+        fb = check_grouped_query(fn)
+        assert not fb.passed
+        assert f"refused: you passed flashlib's `{fn.__name__}`" in str(fb)
