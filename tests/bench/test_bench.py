@@ -47,6 +47,7 @@ def _cpuinfo_flags():
     return None
 
 
+@pytest.mark.slow  # the benchmark's command line, end to end
 def test_cpu_command_tiny(tmp_path):
     torch = pytest.importorskip("torch")
     proc, res = _run(["cpu", "--n", "48", "--heads", "2", "--d", "8", "--repeats", "2",
@@ -246,6 +247,7 @@ def test_set_threads_says_whether_blas_is_pinned(monkeypatch):
     assert bench.set_threads(1) is False
     monkeypatch.undo()
     assert bench.set_threads(1) is True
+@pytest.mark.slow  # the benchmark's command line, end to end
 def test_targets_command_tiny(tmp_path):
     """``targets``: every figure against its target, the BLAS kernel, the exp2 state, the load,
     the raw medians; with more than one core the wall-clock figures too."""

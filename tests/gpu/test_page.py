@@ -31,6 +31,7 @@ def _code_cells(text: str) -> list[str]:
     return cells
 
 
+@pytest.mark.slow  # runs the GPU chapter's cells
 @pytest.mark.parametrize("blocked", [("torch", "triton", "flash_attn"), ("triton",)],
                          ids=["no-torch-no-triton", "torch-without-triton"])
 def test_page_without_triton_prints_plain_sentences(tmp_path, blocked):

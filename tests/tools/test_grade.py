@@ -192,6 +192,7 @@ def graded(tmp_path_factory):
     return rows, out
 
 
+@pytest.mark.slow  # a class graded in the sandbox
 def test_every_row_of_the_report(graded):
     rows, out = graded
     with open(out / "results.csv", encoding="utf-8", newline="") as f:
@@ -270,6 +271,7 @@ def test_every_row_of_the_report(graded):
     assert unreadable["first_problem"].startswith("not a readable notebook: ")
 
 
+@pytest.mark.slow  # a class graded in the sandbox
 def test_the_exercise_failing_the_book_way(graded):
     """The starter counterexample fails with the checker's own words, as in the notebook."""
     rows, _ = graded
@@ -285,6 +287,7 @@ def test_the_exercise_failing_the_book_way(graded):
     assert row.feedback.startswith("NOT YET counterexample")
 
 
+@pytest.mark.slow  # a class graded in the sandbox
 def test_json_summary_and_exports(graded):
     rows, out = graded
     data = json.loads((out / "results.json").read_text(encoding="utf-8"))
@@ -391,6 +394,7 @@ def test_list_exercises_describes_every_checker():
            "(merge of partial states)" in table
 
 
+@pytest.mark.slow
 def test_command_line(tmp_path, capsys):
     folder = tmp_path / "subs"
     folder.mkdir()

@@ -24,7 +24,7 @@ import pytest
 
 from tools import grade, grade_class, notebooks
 
-pytestmark = pytest.mark.sandbox
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow]  # slow: a class graded in the sandbox
 
 CHAPTER = grade.ROOT / "book" / "online-softmax.md"
 BOOK_CANARY = grade.ROOT / "book" / "grade-canary.md"

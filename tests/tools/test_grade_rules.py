@@ -21,6 +21,8 @@ import pytest
 from tests.helpers import student_notebook
 from tools import grade, grade_sandbox
 
+pytestmark = pytest.mark.slow  # notebooks graded in the sandbox: `make test`, not `make check`
+
 CHAPTER = grade.ROOT / "book" / "online-softmax.md"
 TIMEOUT = 8.0
 RIGHT_MERGE = """

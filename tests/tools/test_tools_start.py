@@ -52,13 +52,25 @@ def test_the_tools_are_found():
     assert set(WORKERS) <= {p.stem for p in MODULES}
 
 
+@pytest.fixture(scope="module")
+def helps() -> dict[str, tuple[int, str, str]]:
+    """``{name: (exit code, stdout, stderr)}`` of ``python -m tools.<name> --help`` for every
+    command, started all at once (each is a fresh interpreter: together they take about what
+    the slowest one takes per core)."""
+    procs = {path.stem: subprocess.Popen([sys.executable, "-m", f"tools.{path.stem}", "--help"],
+                                         cwd=ROOT, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True)
+             for path in COMMANDS}
+    outputs = {name: proc.communicate(timeout=300) for name, proc in procs.items()}
+    return {name: (procs[name].returncode, *outputs[name]) for name in procs}
+
+
 @pytest.mark.parametrize("path", COMMANDS, ids=lambda p: p.stem)
-def test_command_answers_help(path):
+def test_command_answers_help(path, helps):
     """``python -m tools.<name> --help`` from the root, in a fresh interpreter."""
-    proc = subprocess.run([sys.executable, "-m", f"tools.{path.stem}", "--help"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"tools.{path.stem} --help:\n{proc.stderr[-3000:]}"
-    assert proc.stdout.startswith("usage: "), proc.stdout[:500]
+    code, out, err = helps[path.stem]
+    assert code == 0, f"tools.{path.stem} --help:\n{err[-3000:]}"
+    assert out.startswith("usage: "), out[:500]
 
 
 @pytest.mark.parametrize("path", LIBRARIES, ids=lambda p: p.stem)

@@ -68,6 +68,7 @@ def _run(args, cwd):
     return proc
 
 
+@pytest.mark.slow  # runs every widget cell of the book
 def test_times_every_widget_of_the_toc(tmp_path):
     book = tmp_path / "book"
     book.mkdir()
