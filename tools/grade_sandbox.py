@@ -328,6 +328,7 @@ def user_from_env() -> tuple[int | None, int | None]:
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
+MS_BIND = 4096
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
 PR_SET_CHILD_SUBREAPER = 36
 PR_CAPBSET_DROP = 24
@@ -395,8 +396,22 @@ def enter_task_namespaces(disk: int, close: tuple[int, ...] = ()) -> None:
     os.close(report)
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     mount("none", "/", None, MS_REC | MS_PRIVATE, None)
+    # What the exercise's process must read and that lives under /tmp (a repository or a
+    # virtual environment cloned there, as CI may): held open across the private /tmp's
+    # mount, then bound again at its place inside it (read-only, as bubblewrap bound it).
+    held = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY if path.is_dir() else os.O_PATH))
+            for path in [*_python_paths(), *_repo_paths()]
+            if path.is_relative_to(INSIDE) and path.exists()]
     mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
           f"size={disk},nr_inodes=4096,mode=0755")
+    for path, fd in held:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            path.mkdir(exist_ok=True)
+        else:
+            path.touch()
+        mount(f"/proc/self/fd/{fd}", str(path), None, MS_BIND | MS_REC, None)
+        os.close(fd)
     if os.path.isdir("/dev/shm"):
         mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
               "size=1m,mode=1777")
