@@ -1,6 +1,6 @@
 """Grade students' notebooks with the book's own exercise checkers (``make grade``).
 
-    python -m tools.grade SUBMISSIONS [--out grading-report] [--timeout 60] [--jobs 1]
+    python -m tools.grade SUBMISSIONS [--out grading-report] [--timeout 10] [--jobs 1]
                           [--chapters overflow online-softmax ...] [--roster roster.csv]
                           [--partial-credit] [--strict] [--standalone]
     python -m tools.grade --list-exercises     # every exercise, its checker, what it checks
@@ -60,7 +60,8 @@ The status of an exercise:
                    NotImplementedError (the cell's placeholder)
     error          the checker call could not run (e.g. the function the exercise asks for is
                    not defined), or an exercise cell raised and the checks did not pass
-    timeout        killed at the time limit (an infinite loop, or far too slow)
+    timeout        killed at the time limit: --timeout seconds of CPU time (an infinite
+                   loop, or far too slow), or 3 times as much wall-clock time (waiting)
     crashed        the student's process died (e.g. out of memory, os._exit, a signal)
     missing        the notebook has no heading or no code cell for the exercise, or the student
                    has no notebook for a chapter named with --chapters (or on the roster)
@@ -424,9 +425,22 @@ def run_tasks(chapters: dict[str, Chapter], tasks: dict[str, list[dict[str, Any]
             return len(queues[name]) >= HELP_AT
         return work_left(name) > 2 * context_s[name] + 5
 
+    def pop(name: str) -> dict[str, Any]:
+        """The next task of a chapter, passing over those whose notebook has an earlier
+        exercise still being graded by another judge (its cells run first: should they hang
+        or end the process, the later exercise runs without them; a task waits only while
+        others are ready)."""
+        queue = queues[name]
+        busy = {t.get("owner") for t in inflight.values() if t is not None}
+        for index, item in enumerate(queue):
+            if not item.get("prelude") or item.get("owner") not in busy:
+                del queue[index]
+                return item
+        return queue.popleft()
+
     def next_task(current: str | None) -> tuple[str, dict[str, Any]] | None:
         if current in queues and queues[current]:
-            return current, queues[current].popleft()
+            return current, pop(current)
         fresh = [n for n in queues if n not in started and queues[n]]
         if fresh:
             name = max(fresh, key=lambda n: len(queues[n]))
@@ -436,7 +450,7 @@ def run_tasks(chapters: dict[str, Chapter], tasks: dict[str, list[dict[str, Any]
                 return None
             name = max(busy, key=work_left)
         started.add(name)
-        return name, queues[name].popleft()
+        return name, pop(name)
 
     live = {conn: process for conn, process in judges}
     while live:
@@ -502,7 +516,7 @@ def unchanged(cells: list[str], starters: list[str]) -> bool:
     return bool(starters) and grade_lint.fingerprint(cells) == grade_lint.fingerprint(starters)
 
 
-def grade(folder: Path, out: Path, *, timeout: float = 60.0, jobs: int = 1,
+def grade(folder: Path, out: Path, *, timeout: float = 10.0, jobs: int = 1,
           chapter_names: list[str] | None = None, roster: Path | None = None,
           partial_credit: bool = False, strict: bool = False, standalone: bool = False,
           confinement: Any = None) -> list[Row]:
@@ -916,14 +930,18 @@ def exercise_table(chapters: dict[str, Chapter] | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tools.grade_judge import TIMEOUT, WALL_FACTOR
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("submissions", nargs="?", type=Path,
                         help="folder of the students' notebooks")
     parser.add_argument("--out", type=Path, default=Path("grading-report"),
                         help="folder for the reports (default: grading-report)")
-    parser.add_argument("--timeout", type=float, default=60.0,
-                        help="seconds per exercise and student before it is killed (default 60)")
+    parser.add_argument("--timeout", type=float, default=TIMEOUT,
+                        help="CPU seconds per exercise and student before it is killed "
+                             f"(default {TIMEOUT:g}; wall-clock time: {WALL_FACTOR:g} times "
+                             "as much)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="exercises graded at the same time (default 1)")
     parser.add_argument("--chapters", nargs="+", metavar="NAME",

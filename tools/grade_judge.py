@@ -52,9 +52,20 @@ CONTROL_TIMEOUT = 60.0
 RESTARTS = 10
 
 
+#: The time limit is CPU time (the student's process, all its threads: RLIMIT_CPU, see
+#: tools/grade_sandbox.py's limit_cpu), so that it is the same on a busy machine as on a quiet
+#: one; wall-clock time is limited too, to WALL_FACTOR times as much, for code that waits
+#: instead of computing (a sleep, a blocked call) or a platform without RLIMIT_CPU.
+WALL_FACTOR = 3.0
+#: The default time limit per exercise and student, CPU seconds: the book's solutions take
+#: at most about a second each (every checker's calls included), so a right answer ten
+#: times slower still passes; an infinite loop costs the class's grading this much.
+TIMEOUT = 10.0
+
+
 @dataclass
 class Options:
-    timeout: float = 60.0
+    timeout: float = TIMEOUT
     strict: bool = False  # any error of the exercise cell fails the exercise
     run_earlier: bool = True  # run the student's earlier exercise cells first, as Jupyter
     confinement: sandbox.Confinement | None = None
@@ -497,7 +508,11 @@ class Judge:
             flags.append(link.malformed)
         flags += _limits_hit(str(result.get("first_problem", "")) + "\n" + output,
                              self.options.limits)
-        if result.get("status") == "crashed" and not result.get("first_problem"):
+        if result.get("status") == "crashed" and sandbox.ended_by_cpu_limit(status):
+            result |= {"status": "timeout", "first_problem": (
+                f"used its {self.options.timeout:g} s of CPU time: killed (an infinite loop, "
+                "or far too slow)")}
+        elif result.get("status") == "crashed" and not result.get("first_problem"):
             result["first_problem"] = _crash_message(status)
         result.setdefault("notes", [])
         result["flags"] = result.get("flags", []) + flags
@@ -522,14 +537,15 @@ class Judge:
         budget = timeout if prelude else 0.0
         started = False
         try:
-            link.deadline = start + budget + timeout + 1.0
+            link.deadline = start + WALL_FACTOR * (budget + timeout) + 1.0
             link.send({"op": "run", "prelude": prelude, "prelude_budget": budget,
-                       "cells": task["cells"], "checkers": chapter["checkers"], "args": args,
-                       "kwargs": kwargs, "tolerant": not self.options.strict})
+                       "cpu_limit": timeout, "cells": task["cells"],
+                       "checkers": chapter["checkers"], "args": args, "kwargs": kwargs,
+                       "tolerant": not self.options.strict})
             ran, buffers = link.recv()
             if ran.get("ev") == "started":  # the earlier cells are done: the clock restarts
                 started = True
-                link.deadline = time.monotonic() + timeout
+                link.deadline = time.monotonic() + WALL_FACTOR * timeout
                 ran, buffers = link.recv()
             if ran.get("ev") != "ran":
                 raise rpc.Gone("unexpected answer")
@@ -547,8 +563,10 @@ class Judge:
         except rpc.Deadline:
             busy = machine_busy()
             return {"status": "timeout", "in_prelude": bool(prelude) and not started,
-                    "first_problem": f"still running after {timeout:g} s: killed (an infinite "
-                                     "loop, or far too slow)", "notes": [busy] if busy else []}
+                    "first_problem": f"still running after {WALL_FACTOR * timeout:g} s of "
+                                     f"wall-clock time ({timeout:g} s of CPU time allowed): "
+                                     "killed (waiting for something that never came, or "
+                                     "far too slow)", "notes": [busy] if busy else []}
         except rpc.Gone:
             return {"status": "crashed", "first_problem": "",
                     "in_prelude": bool(prelude) and not started}
@@ -559,8 +577,9 @@ class Judge:
 
 
 def machine_busy() -> str | None:
-    """A note for a timeout when the machine had more work than cores (the time limit is
-    wall-clock time: on a busy machine, right code can run out of it), else None."""
+    """A note for a wall-clock timeout when the machine had more work than cores (on a busy
+    machine, right code can run out of it; the CPU-time limit does not depend on the load),
+    else None."""
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):  # no load average on this platform

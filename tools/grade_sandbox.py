@@ -28,7 +28,8 @@ the report's summary.md says it):
 
 On every level: the verdict is computed by the judge, a process the student's code cannot
 reach (tools/grade_judge.py), and each exercise's process gets resource limits
-(:data:`LIMITS`: address space, processes, open files, file size, no core dumps).  Where this
+(:data:`LIMITS`: address space, processes, open files, file size, no core dumps; and the
+CPU time of :func:`limit_cpu`, the exercise's time limit).  Where this
 process may make cgroups (root, or a delegated cgroup v2 subtree with the memory and pids
 controllers; cgroup v1's memory and pids hierarchies as root), each chapter's sandbox also
 gets one of its own (:class:`Cgroup`): at most :data:`CGROUP_LIMITS` for the sandbox as a
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import os
 import resource
 import shutil
@@ -484,6 +486,47 @@ def set_limits(limits: dict[str, int], count_processes: bool = True) -> None:
             resource.setrlimit(which, (value, value))
         except (ValueError, OSError):  # pragma: no cover - the platform refuses one
             pass
+
+
+#: CPU seconds between the soft limit of :func:`limit_cpu` (SIGXCPU, which ends the process)
+#: and the hard one (SIGKILL), for code that catches SIGXCPU.
+CPU_GRACE = 2
+
+
+def cpu_seconds() -> float:
+    """CPU time this process has used, all its threads together (user + system)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def limit_cpu(seconds: float, *, final: bool = False) -> None:
+    """Let this process use ``seconds`` more CPU time (all its threads together), then end it:
+    RLIMIT_CPU, whose soft limit sends SIGXCPU (which ends a process that does not catch it)
+    and whose hard limit, :data:`CPU_GRACE` seconds later, SIGKILL.  ``final``: lower the hard
+    limit too, so that the process cannot raise the soft one again; later calls may only
+    lower it.  A time limit in CPU time is the same on a quiet machine and on a busy one,
+    where a wall-clock limit fails right but slower code.  A process it starts gets the same
+    limit on its own CPU time.  Where the platform has no RLIMIT_CPU: nothing (the judge's
+    wall-clock limit still holds)."""
+    if not hasattr(resource, "RLIMIT_CPU"):  # pragma: no cover - not POSIX
+        return
+    soft = int(math.ceil(cpu_seconds() + max(0.0, seconds)))
+    try:
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        if final:
+            hard = soft + CPU_GRACE if hard == resource.RLIM_INFINITY else min(
+                hard, soft + CPU_GRACE)
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    except (ValueError, OSError):  # pragma: no cover - the platform refuses it
+        pass
+
+
+def ended_by_cpu_limit(status: int | None) -> bool:
+    """Whether a wait status is that of a process ended by :func:`limit_cpu`'s soft limit."""
+    return (status is not None and os.WIFSIGNALED(status)
+            and os.WTERMSIG(status) == signal.SIGXCPU)
 
 
 def sweep_processes() -> int:

@@ -161,7 +161,11 @@ def run_student(shell: Any, request: dict[str, Any], started: Any = None) -> dic
     notes: list[str] = []
     for name in checkers:
         ns[name] = _ignore_own_checker_call
-    end = time.monotonic() + float(request.get("prelude_budget", 0))
+    budget = float(request.get("prelude_budget", 0))
+    end = time.monotonic() + budget
+    cpu = request.get("cpu_limit")  # CPU seconds: the earlier cells', then the exercise's
+    if cpu is not None:
+        sandbox.limit_cpu(budget + float(cpu), final=True)
     for number, sources in request.get("prelude", []):
         for source in sources:
             left = end - time.monotonic()
@@ -175,7 +179,9 @@ def run_student(shell: Any, request: dict[str, Any], started: Any = None) -> dic
             if isinstance(err, Interrupted):
                 notes.append(f"your cell of Exercise {number} was interrupted (still running "
                              "after the time for earlier exercises' cells)")
-    if started is not None:  # the exercise's own time starts now
+    if cpu is not None:  # the exercise's own time starts now
+        sandbox.limit_cpu(float(cpu))
+    if started is not None:
         started()
     cell_error = syntax_error = None
     skipped: list[int] = []

@@ -216,7 +216,7 @@ def test_every_row_of_the_report(graded):
         ("carol", "", "overflow", "", "missing", 0, 0, no_notebook("overflow")),
         ("carol", nb.format("carol"), "online-softmax", "3.1", *NOT_ATTEMPTED),
         ("carol", nb.format("carol"), "online-softmax", "3.2", "timeout", 0, 0,
-         f"still running after {TIMEOUT:g} s: killed (an infinite loop, or far too slow)"),
+         f"used its {TIMEOUT:g} s of CPU time: killed (an infinite loop, or far too slow)"),
         ("carol", nb.format("carol"), "online-softmax", "3.3", "passed", None, None, ""),
         ("carol", nb.format("carol"), "online-softmax", "3.4", *NOT_ATTEMPTED),
         ("dave", "", "overflow", "", "missing", 0, 0, no_notebook("overflow")),
@@ -262,7 +262,7 @@ def test_every_row_of_the_report(graded):
         if status == "passed":
             assert row["checks_passed"] == row["checks_total"] != "0", where
         if status == "timeout":
-            assert TIMEOUT <= float(row["runtime_s"]) < TIMEOUT + 5, where
+            assert TIMEOUT <= float(row["runtime_s"]) < TIMEOUT + 8, where
         elif row["exercise"] and status != "missing" and problem != grade.UNCHANGED:
             assert float(row["runtime_s"]) < TIMEOUT, where
         else:  # not run: no notebook, no cell, or a cell as handed out

@@ -13,6 +13,7 @@ import csv
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import nbformat
@@ -98,6 +99,8 @@ subprocess.Popen(["sleep", "31415"], start_new_session=True)
 """ + RIGHT_MERGE + "\ncheck_merge(merge)\n"
 LOOP = "def merge(a, b):\n    while True:\n        pass\n\n\ncheck_merge(merge)\n"
 CRASH = "import os\n\n\ndef merge(a, b):\n    os._exit(3)\n\n\ncheck_merge(merge)\n"
+#: waits without computing: only the wall-clock limit (3 x the CPU limit) ends it
+NAPPER = "import time\n\n\ndef merge(a, b):\n    time.sleep(1000)\n\n\ncheck_merge(merge)\n"
 
 
 def notebook(answers: dict[str, str]) -> nbformat.NotebookNode:
@@ -207,7 +210,7 @@ def _processes() -> str:
 
 
 LEVEL_CLASS = {"alice": {"3.2": RIGHT_MERGE + "\ncheck_merge(merge)\n"}, "carol": {"3.2": LOOP},
-               "frank": {"3.2": CRASH}, "sleeper": {"3.2": SLEEPER},
+               "frank": {"3.2": CRASH}, "sleeper": {"3.2": SLEEPER}, "napper": {"3.2": NAPPER},
                "helper": {"3.1": HELPER_31, "3.2": HELPER_32}}
 
 
@@ -238,6 +241,12 @@ def test_every_level_gives_the_same_grades(tmp_path):
         assert rows[("alice", "3.2")]["status"] == "passed", conf.level
         assert rows[("helper", "3.2")]["status"] == "passed", conf.level
         assert rows[("carol", "3.2")]["status"] == "timeout", conf.level
+        assert rows[("carol", "3.2")]["first_problem"] == (  # the CPU-time limit
+            "used its 4 s of CPU time: killed (an infinite loop, or far too slow)"), conf.level
+        assert 4 <= float(rows[("carol", "3.2")]["runtime_s"]) < 9, conf.level
+        assert rows[("napper", "3.2")]["status"] == "timeout", conf.level
+        assert rows[("napper", "3.2")]["first_problem"].startswith(  # the wall-clock limit
+            "still running after 12 s of wall-clock time (4 s of CPU time allowed)"), conf.level
         assert rows[("frank", "3.2")]["first_problem"] == (
             "the process exited with code 3 before the checker answered"), conf.level
         assert "left 1 process running" in rows[("sleeper", "3.2")]["flags"], conf.level
@@ -245,6 +254,22 @@ def test_every_level_gives_the_same_grades(tmp_path):
         assert f"The students' code ran confined: {conf.level}:" in summary
         assert "31415" not in _processes(), conf.level
     assert len({tuple(sorted(v.items())) for v in seen.values()}) == 1, seen
+
+
+def test_the_time_limit_is_cpu_time():
+    """limit_cpu ends a process that computes past it with SIGXCPU (what the judge reports as
+    a timeout), counting its CPU time, not the clock: a process that sleeps is not ended."""
+    for work, ended in (("spin", True), ("sleep", False)):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            grade_sandbox.limit_cpu(1, final=True)
+            end = time.monotonic() + 4
+            while time.monotonic() < end:
+                if work == "sleep":
+                    time.sleep(0.1)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        assert grade_sandbox.ended_by_cpu_limit(status) is ended, (work, status)
 
 
 def test_the_levels_are_described_and_degrade_with_a_warning(capsys):
@@ -281,8 +306,8 @@ def test_a_chapter_sandbox_cgroup_bounds_and_ends_everything_in_it():
 
 
 def test_a_timeout_on_a_busy_machine_says_so(monkeypatch):
-    """The time limit is wall-clock time: a timeout while the machine has more work than
-    cores gets a note saying the code may be right."""
+    """A wall-clock timeout while the machine has more work than cores gets a note saying
+    the code may be right."""
     from tools import grade_judge
 
     monkeypatch.setattr(grade_judge.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)

@@ -17,6 +17,7 @@ The kernels and inputs the exercises hand out are here too (:func:`suspect_kerne
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -300,6 +301,7 @@ _WHY = {
 }
 
 
+@functools.lru_cache(maxsize=1)
 def _keep_cases() -> list[tuple[str, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
     return [("n = 512, d = 32", exercise_inputs(512, 32, seed=0, dtype=KEEP_DTYPE)),
             ("n = 1024, d = 32", exercise_inputs(1024, 32, seed=2, dtype=KEEP_DTYPE))]
@@ -309,8 +311,12 @@ def _casts_keeping(names: set[str]) -> Casts:
     return Casts.everything(KEEP_DTYPE).replace(**{q: "float32" for q in names})
 
 
-def _ratio(names: set[str], inputs: tuple[np.ndarray, np.ndarray, np.ndarray]) -> float:
-    Q, K, V = inputs
+@functools.cache
+def _ratio(names: frozenset[str], case: int) -> float:
+    """Tiled attention's error with ``names`` kept in float32, over plain float16
+    attention's, on :func:`_keep_cases` ``[case]``: computed once per process (the answer is
+    a set of names, and a grader checks every student's against the same few ratios)."""
+    Q, K, V = _keep_cases()[case][1]
     ref = _reference(Q, K, V)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         O = flash2_forward_with_casts(Q, K, V, _B_C, _casts_keeping(names))
@@ -336,8 +342,8 @@ def check_keep_float32(fb: Feedback, answer: Iterable[str] | Callable[[], Iterab
         raise LearnerError(f"unknown quantities {unknown}: choose among "
                            f"{', '.join(QUANTITIES)}")
     passed_all = True
-    for label, inputs in _keep_cases():
-        r = _ratio(names, inputs)
+    for case, (label, _) in enumerate(_keep_cases()):
+        r = _ratio(frozenset(names), case)
         if r <= 2:
             fb.ok(f"{label}: error {r:.2g} x plain float16 attention's (rule: at most 2)")
             continue
@@ -346,8 +352,9 @@ def check_keep_float32(fb: Feedback, answer: Iterable[str] | Callable[[], Iterab
         why = "; ".join(_WHY[q] for q in missing) or "keep more in float32"
         fb.fail(f"{label}: error {r:.3g} x plain float16 attention's, more than 2: {why}")
     if passed_all:
-        cases = _keep_cases()
-        spare = [q for q in sorted(names) if all(_ratio(names - {q}, c) <= 2 for _, c in cases)]
+        cases = range(len(_keep_cases()))
+        spare = [q for q in sorted(names)
+                 if all(_ratio(frozenset(names - {q}), c) <= 2 for c in cases)]
         if spare:
             fb.fail(f"the rule holds, but {', '.join(spare)} need not stay float32: with "
                     f"{'it' if len(spare) == 1 else 'each'} in float16 the error is still "
@@ -412,6 +419,24 @@ def _rule_cases() -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray, bool, s
     ]
 
 
+@functools.lru_cache(maxsize=1)
+def _fa3_kernel_outputs() -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """({"good_kernel": out, "suspect_kernel": out}, ref, plain) on bfloat16 inputs, n = 1024,
+    d = 32: the same for every student, so computed once per process (each student's function
+    gets copies)."""
+    Q, K, V = exercise_inputs(1024, 32, seed=3)
+    return ({"good_kernel": good_kernel(Q, K, V), "suspect_kernel": suspect_kernel(Q, K, V)},
+            _reference(Q, K, V), _plain(Q, K, V))
+
+
+@functools.lru_cache(maxsize=1)
+def _fa3_lenient_outputs() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(out, ref, plain): inputs x 4, the accumulator and l in bfloat16 (n = 256, d = 32)."""
+    Q, K, V = exercise_inputs(256, 32, seed=1, scale=4.0)
+    out = flash2_forward_with_casts(Q, K, V, _B_C, Casts.flash(BF16).replace(acc=BF16, l=BF16))
+    return out, _reference(Q, K, V), _plain(Q, K, V)
+
+
 @checker("flash-attn's rule, with FlashAttention-3's allowance",
          forbid=names("flashlib.core.accuracy.assert_error_within"))
 def check_fa3_rule(fb: Feedback, fn: Callable[[np.ndarray, np.ndarray, np.ndarray, str], Any]
@@ -429,28 +454,24 @@ def check_fa3_rule(fb: Feedback, fn: Callable[[np.ndarray, np.ndarray, np.ndarra
                 fb.fail(f"{label}: {'raises' if raised else 'passes'}, it should "
                         f"{'raise AssertionError' if must_raise else 'pass'}: {hint}")
                 return
-    Q, K, V = exercise_inputs(1024, 32, seed=3)
-    ref, plain = _reference(Q, K, V), _plain(Q, K, V)
+    kernels, ref, plain = _fa3_kernel_outputs()
     p = error_stats(plain, ref).max
-    for label, kernel, must_raise in (("good_kernel", good_kernel, False),
-                                      ("suspect_kernel", suspect_kernel, True)):
+    for label, must_raise in (("good_kernel", False), ("suspect_kernel", True)):
         with fb.case(label):
-            err = error_stats(kernel(Q, K, V), ref).max
-            raised = _raises(fn, kernel(Q, K, V), plain, ref, BF16)
+            err = error_stats(kernels[label], ref).max
+            raised = _raises(fn, kernels[label].copy(), plain.copy(), ref.copy(), BF16)
             if raised == must_raise:
                 fb.ok(f"{label}: error {err / p:.2g} x plain's, "
                       f"{'caught' if raised else 'passes'}")
             else:
                 fb.fail(f"{label}: error {err / p:.2g} x plain's, but your helper "
                         f"{'raises' if raised else 'lets it pass'}")
-    Q, K, V = exercise_inputs(256, 32, seed=1, scale=4.0)
-    ref, plain = _reference(Q, K, V), _plain(Q, K, V)
-    out = flash2_forward_with_casts(Q, K, V, _B_C, Casts.flash(BF16).replace(acc=BF16, l=BF16))
+    out, ref, plain = _fa3_lenient_outputs()
     label = "inputs x 4, accumulator and l in bfloat16"
     with fb.case(label):
         err, p = error_stats(out, ref).max, error_stats(plain, ref).max
         half = float(spacing(np.max(np.abs(ref)), BF16)) / 2
-        if _raises(fn, out, plain, ref, BF16):
+        if _raises(fn, out.copy(), plain.copy(), ref.copy(), BF16):
             fb.fail(f"{label}: your helper raises, but the rule lets it pass (error "
                     f"{err / p:.2g} x plain's)")
         else:
