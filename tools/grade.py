@@ -742,8 +742,9 @@ def summary(rows: list[Row], chapters: dict[str, Chapter], timeout: float,
     out.write(f"{len(notebooks_graded)} notebooks of {len({r.student for r in rows})} "
               f"students, graded with the checkers of flashlib {__version__} "
               f"(`tools/grade.py`), each exercise in its own process with a time limit of "
-              f"{timeout:g} s. A cell shows the status and the checks passed; `results.csv` "
-              "has every row, `results.json` the checkers' whole feedback, `gradebook.csv` "
+              f"{timeout:g} s of CPU time. A cell shows the status and the checks passed; "
+              "`results.csv` has every row, `results.json` the checkers' whole feedback, "
+              "`gradebook.csv` "
               "one row per student and `feedback/` one file per student.\n")
     if info.get("confinement"):
         out.write(f"\nThe students' code ran confined: {_md(info['confinement'])}.\n")

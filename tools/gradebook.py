@@ -239,7 +239,7 @@ in the notebook does. Your earlier exercise cells ran first, in order, as Jupyte
 would (code you put outside the exercise cells did not run); a statement with a syntax error
 in an exercise cell was skipped and the rest of the cell ran; an exercise whose cell is still
 as it was handed out counts as not attempted. An answer that calls the library function the
-exercise asks you to write is refused. Each exercise had {timeout:g} seconds.
+exercise asks you to write is refused. Each exercise had {timeout:g} seconds of CPU time.
 """
 
 
