@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import math
 import os
 import resource
 import shutil
@@ -500,7 +499,8 @@ def cpu_seconds() -> float:
 
 
 def limit_cpu(seconds: float, *, final: bool = False) -> None:
-    """Let this process use ``seconds`` more CPU time (all its threads together), then end it:
+    """Let this process use ``seconds`` more CPU time (all its threads together; to the
+    nearest whole second of its total), then end it:
     RLIMIT_CPU, whose soft limit sends SIGXCPU (which ends a process that does not catch it)
     and whose hard limit, :data:`CPU_GRACE` seconds later, SIGKILL.  ``final``: lower the hard
     limit too, so that the process cannot raise the soft one again; later calls may only
@@ -510,7 +510,9 @@ def limit_cpu(seconds: float, *, final: bool = False) -> None:
     wall-clock limit still holds)."""
     if not hasattr(resource, "RLIMIT_CPU"):  # pragma: no cover - not POSIX
         return
-    soft = int(math.ceil(cpu_seconds() + max(0.0, seconds)))
+    # whole seconds (RLIMIT_CPU's unit), the nearest: rounding up would give every loop of a
+    # class up to a second more than the limit it was told
+    soft = max(1, round(cpu_seconds() + max(0.0, seconds)))
     try:
         _, hard = resource.getrlimit(resource.RLIMIT_CPU)
         if final:

@@ -243,7 +243,7 @@ def test_every_level_gives_the_same_grades(tmp_path):
         assert rows[("carol", "3.2")]["status"] == "timeout", conf.level
         assert rows[("carol", "3.2")]["first_problem"] == (  # the CPU-time limit
             "used its 4 s of CPU time: killed (an infinite loop, or far too slow)"), conf.level
-        assert 4 <= float(rows[("carol", "3.2")]["runtime_s"]) < 9, conf.level
+        assert 3.5 <= float(rows[("carol", "3.2")]["runtime_s"]) < 9, conf.level
         assert rows[("napper", "3.2")]["status"] == "timeout", conf.level
         assert rows[("napper", "3.2")]["first_problem"].startswith(  # the wall-clock limit
             "still running after 12 s of wall-clock time (4 s of CPU time allowed)"), conf.level
