@@ -8,7 +8,9 @@ shows (issue 25).  For every exercise, every checker is run on
   arguments fit the exercise's function;
 - every **number printed** on the chapter's student page (the text, the code cells'
   outputs, the widgets' data; the notebooks print the same numbers, computed by the same
-  cells), as the answer itself where the exercise asks for a number, and as a function that
+  cells), as the answer itself where the exercise asks for a number (the number the
+  solution's answer rounds to, and every printed number within a factor of 2 of it: a
+  student guessing among the page's numbers), and as a function that
   looks the answer up among the printed numbers (the book's solution says which number is
   the answer to each call, standing for a student reading the page); only numbers with three
   significant digits or more count (a 4 or a 64 is printed everywhere).
@@ -64,7 +66,8 @@ KNOWN_SPOILERS: dict[str, str] = {}
 # shown, takes 7 arguments); 7.1 asks for D with dL (delta_from_O, shown, takes 2); 8.4 asks
 # for FlashAttention-3's allowance (assert_error_within, shown, takes no dtype); 9.1 asks for
 # N = 2000, d = 80 (the widget holds N = 1024); 9.3 asks for FlashAttention-2's crossover
-# (the page prints Algorithm 1's).
+# (the page prints Algorithm 1's), at d = 96: at d = 64 the page's 8,064 and 8,192 lie in the
+# threshold's block of M, whose every value the checker accepts.
 
 #: Checkers given more time than the others are not tried on every candidate: the GPU chapter's
 #: run a Triton kernel per case (seconds in the interpreter), so only candidates whose name
@@ -297,10 +300,15 @@ def _printed_values(chapter: str, checker: Any, oracle: Any) -> list[Any]:
             return []
         with contextlib.suppress(Exception):
             oracle = oracle(*asked[0])
-    try:
-        return [printed_answer(chapter, oracle)]
-    except Exception:  # noqa: BLE001 - not a number, or not printed
-        return []
+    values = []
+    with contextlib.suppress(Exception):  # not a number, or not printed
+        values.append(printed_answer(chapter, oracle))
+    if isinstance(oracle, (int, float, np.number)) and not isinstance(oracle, bool) and oracle:
+        # and every printed number within a factor of 2 of the answer: a student guessing
+        # among the page's numbers (an answer is a threshold whose neighbours pass too)
+        values += [p.value for p in printed_numbers(chapter)
+                   if 0.5 <= p.value / float(oracle) <= 2 and p.value not in values]
+    return values
 
 
 def _lookup(chapter: str, oracle: Any) -> Any:

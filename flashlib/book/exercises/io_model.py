@@ -38,7 +38,7 @@ __all__ = [
 #: The shape of :func:`check_standard_count`'s question when the answer is a number.
 STANDARD_PROBLEM = {"N": 2000, "d": 80}  # no count the page prints
 #: The shape of :func:`check_crossover`'s question.
-CROSSOVER_PROBLEM = {"N": 1024, "d": 64}
+CROSSOVER_PROBLEM = {"N": 1024, "d": 96}  # its threshold's block holds no number the page prints
 
 
 def _is_number(x: Any) -> bool:
