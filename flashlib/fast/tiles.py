@@ -166,6 +166,34 @@ class TileCall:
             blas_matmul(a, b, self.out)
         return self.out
 
+    def left(self, a: np.ndarray) -> np.ndarray:
+        """``a`` as :meth:`run` takes it (a view): an operand that stays put is laid out once."""
+        mode = self.mode
+        if mode == "rows":
+            return split_rows(a, self.rows)
+        if mode == "rows and columns":
+            return split_rows(a, self.rows)[..., None, :, :]
+        return a
+
+    def right(self, b: np.ndarray) -> np.ndarray:
+        """``b`` as :meth:`run` takes it (a view)."""
+        mode = self.mode
+        if mode == "rows":
+            return b[..., None, :, :]
+        if mode == "rows and columns":
+            m = b.shape[-1]
+            b_c = b.reshape(b.shape[:-1] + (m // self.cols, self.cols))
+            return np.moveaxis(b_c, -2, -3)[..., None, :, :, :]
+        return b
+
+    def run(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """out = a @ b from operands laid out by :meth:`left` and :meth:`right`; returns out.
+        One numpy call (but for a remainder of rows or columns: :func:`blas_matmul`)."""
+        if self.mode == "any":
+            return blas_matmul(a, b, self.out)
+        np.matmul(a, b, out=self.blocks)
+        return self.out
+
 
 def transposed_tiles(x: np.ndarray, b_c: int, dtype: np.dtype,
                      factor: float | None = None) -> np.ndarray:
