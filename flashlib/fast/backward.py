@@ -27,7 +27,8 @@ validated), with the forward's lessons (:mod:`flashlib.fast.forward`):
   array fewer; dQ's share as one product dS_i (B_r, C B_c) @ K (C B_c, d) over the group, on
   OpenBLAS's general path, ran 10 to 30% slower than the 64-row calls, in 32-row calls of
   two key blocks 15% slower);
-- preallocated tiles and ``out=`` everywhere; the scale of dQ and dK applied once at the end;
+- preallocated tiles and ``out=`` everywhere; the softmax scale of dQ and dK folded into
+  ``[dO, -D]`` (so into dS), not applied at the end;
 - scores clamped where they could make ``exp2`` or the matmuls meet subnormal numbers (the
   forward's large-logit cliff), masked entries zeroed after the exponential;
 - causal tile skipping in both loops: each key block starts at the first query block that may
@@ -201,27 +202,28 @@ def _backward_key_group(
     of dQ into ``dq``.
 
     q_aug: (G, n_q, d + 1) = [scale * log2(e) * Q, -lse * log2(e)] ([scale * Q, -lse] with
-    ``exp=np.exp``, the natural-units fallback); do_aug: (G, n_q, d_v + 1) = [dO, -D];
-    q: (G, n_q, d) and do: (G, n_q, d_v): Q and dO again, contiguous (BLAS reads the rows of
-    q_aug and do_aug, whose stride is d + 1, markedly slower as a product's right operand);
-    kt: (G, C, d + 1, w) = [K_j^T; 1] per key block; vt: (G, C, d_v + 1, w) = [V_j^T; 1];
-    k_j: (G, C, w, d).  The key blocks are whole (all w = B_c keys) when C > 1.  dq (G, n_q, d),
-    dk_j (G, C, w, d), dv_j (G, C, w, d_v): accumulated in place, dq and dk_j without the
-    softmax scale.  floor: where a tile's S - lse falls below it, clamp at it and subtract
-    exp(floor) after the exponential, so that what would have been subnormal (slow) is
-    exactly 0 and P keeps an absolute error below exp(floor), 2**-63 in float32 (None: no
-    clamping).  lo: the sliding window's left edge (row i sees keys j >= i + lo: query blocks
-    past the last row that sees the group's last key are skipped); lengths: (G,) key padding
-    of the group, or None; bands: (G, 2), each sequence's own band when they differ (lo and
-    offset are then the loosest; :func:`hidden_entries`), or None.  Each query block meets
-    only the key blocks of the group it may see (:func:`keys_seen`), each key block's products
-    BLAS calls of their own.
+    ``exp=np.exp``, the natural-units fallback); do_aug: (G, n_q, d_v + 1) = scale * [dO, -D];
+    q: (G, n_q, d) and do: (G, n_q, d_v): Q and dO (unscaled), contiguous (BLAS reads the rows
+    of q_aug and do_aug, whose stride is d + 1, markedly slower as a product's right operand);
+    kt: (G, C, d + 1, w) = [K_j^T; 1] per key block; vt: (G, C, d_v + 1, w) = [V_j^T; 1]; k_j:
+    (G, C, w, d).  The key blocks are whole (all w = B_c keys) when C > 1. dq (G, n_q, d), dk_j
+    (G, C, w, d), dv_j (G, C, w, d_v): dq accumulated in place, dk_j and dv_j set (any content
+    on entry is overwritten; dq and dk_j scaled by way of do_aug). floor: where a tile's S -
+    lse falls below it, clamp at it and subtract exp(floor) after the exponential, so that what
+    would have been subnormal (slow) is exactly 0 and P keeps an absolute error below
+    exp(floor), 2**-63 in float32 (None: no clamping). lo: the sliding window's left edge (row
+    i sees keys j >= i + lo: query blocks past the last row that sees the group's last key are
+    skipped); lengths: (G,) key padding of the group, or None; bands: (G, 2), each sequence's
+    own band when they differ (lo and offset are then the loosest; :func:`hidden_entries`), or
+    None.  Each query block meets only the key blocks of the group it may see
+    (:func:`keys_seen`), each key block's products BLAS calls of their own.
     """
     n_q, c_all, w = q_aug.shape[1], kt.shape[1], kt.shape[3]
     j1 = j0 + c_all * w
     last_row = n_q if lo is None else max(0, min(n_q, j1 - lo))  # rows i <= j1 - 1 - lo
     length = None if lengths is None else int(lengths.max())
     calls: dict[tuple[int, int, int], _Calls] = {}  # (c0, c1, rows)
+    fresh = True  # dk_j and dv_j not written yet
     for i0 in range(_first_query_block(j0, offset, block_q), last_row, block_q):
         i1 = min(i0 + block_q, n_q)
         c0, c1 = keys_seen(i0, i1, j0, j1, w, lo, offset, length)
@@ -263,17 +265,34 @@ def _backward_key_group(
         for ca, cb, h in hidden:
             np.copyto(s[:, ca - c0: cb - c0], 0, where=h)
         dv_c, dk_c = call.dv_j, call.dk_j
+        # the first query block that sees every key block of the group writes dK_j and dV_j
+        # instead of adding into zeros (one pass over them fewer)
+        first = fresh and c1 - c0 == c_all
+        if fresh:
+            fresh = False
+            if not first:
+                dk_j.fill(0)
+                dv_j.fill(0)
         mm = call.dv
-        dv_c += mm.run(call.p_t, mm.right(do[:, None, i0:i1]))
+        if first:
+            np.copyto(dv_c, mm.run(call.p_t, mm.right(do[:, None, i0:i1])))
+        else:
+            dv_c += mm.run(call.p_t, mm.right(do[:, None, i0:i1]))
         mm = call.dscore
         mm.run(mm.left(do_aug[:, None, i0:i1]), call.vt)  # dP_ij - D_i
         np.multiply(s, dp, out=dp)  # dS_ij = P_ij * (dP_ij - D_i)
         mm = call.dk
-        dk_c += mm.run(call.ds_t, mm.right(q[:, None, i0:i1]))
+        if first:
+            np.copyto(dk_c, mm.run(call.ds_t, mm.right(q[:, None, i0:i1])))
+        else:
+            dk_c += mm.run(call.ds_t, mm.right(q[:, None, i0:i1]))
         call.dq.run(call.ds, call.k_j)  # each key block's dS_ij K_j
         rows = dq[:, i0:i1]
         for part in call.dq_parts:  # added in turn: the rows of dQ stay in the L1 cache
             rows += part
+    if fresh:  # no query block sees the group
+        dk_j.fill(0)
+        dv_j.fill(0)
 
 
 def _backward(
@@ -292,8 +311,10 @@ def _backward(
     units = LOG2E if base2 else 1.0  # lse in the units of exp
     exp = np.exp2 if base2 else np.exp
 
-    # [Q, -lse * log2(e)] and [dO, -D], D = rowsum(dO * O).  Rows that saw no key (lse = -inf)
-    # get dO = D = 0, so whatever P they recompute adds nothing.
+    # [Q, -lse * log2(e)] and scale * [dO, -D], D = rowsum(dO * O): the softmax scale rides in
+    # dS = P * scale (dP - D), so that dQ = dS K and dK = dS^T Q come out scaled (two passes
+    # over dQ and dK fewer).  Rows that saw no key (lse = -inf) get dO = D = 0, so whatever P
+    # they recompute adds nothing.
     empty = np.isneginf(lse)
     q_aug = np.empty((n_b, n_q, d + 1), dtype=dtype)
     np.multiply(p.q, c, out=q_aug[..., :d])  # as the forward: a q * scale it could use
@@ -301,9 +322,10 @@ def _backward(
     np.multiply(lse, -units, out=bias, casting="unsafe")
     bias[empty] = -np.inf  # clamped below, then multiplied by dO = 0
     do_aug = np.empty((n_b, n_q, d_v + 1), dtype=dtype)
-    do_aug[..., :d_v] = do
+    scale = dtype.type(p.scale)
+    np.multiply(do, scale, out=do_aug[..., :d_v], casting="unsafe")
     do_aug[..., d_v] = np.einsum("...i,...i->...", do, o, dtype=dtype)
-    do_aug[..., d_v] *= -1
+    do_aug[..., d_v] *= -scale
     if empty.any():
         do_aug[empty] = 0
     q, k = p.q.astype(dtype, copy=False), p.k.astype(dtype, copy=False)
@@ -380,8 +402,6 @@ def _backward(
             vt[:, :, :d_v] = p.v[g, j0:j1].reshape(n_g, count, w, d_v).swapaxes(-1, -2)
             dk_j = dk[g, j0:j1].reshape(n_g, count, w, d)
             dv_j = dv[g, j0:j1].reshape(n_g, count, w, d_v)
-            dk_j.fill(0)
-            dv_j.fill(0)
             _backward_key_group(
                 q_aug[g], do_aug[g], q[g], do[g], kt, vt, k[g, j0:j1].reshape(n_g, count, w, d),
                 dq_parts[part][g], dk_j, dv_j, j0, block_q, p.offset, p.mask, g, buf,
@@ -392,6 +412,4 @@ def _backward(
     pool.run_items(work, items, workers, setup)
     for extra in dq_parts[1:]:
         dq += extra
-    dq *= p.scale
-    dk *= p.scale
     return dq, dk, dv
