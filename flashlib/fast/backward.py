@@ -117,7 +117,7 @@ def flash_attention_backward(
         grads = _backward(p, o, lse, do)
         if not results_are_finite(*grads):  # rare: base-2 scores overflow, see flash_attention
             grads = _backward(p, o, lse, do, base2=False)
-    check_no_overflow(p.dtype, *grads)
+            check_no_overflow(p.dtype, *grads)  # (finite grads are not checked twice)
     dq, dk, dv = p.unflatten(grads[0]), g.sum_kv(grads[1]), g.sum_kv(grads[2])
     return tuple(x.astype(p.dtype, copy=False) for x in (dq, dk, dv))
 
