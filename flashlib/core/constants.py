@@ -38,7 +38,11 @@ LN2 = 0.6931471805599453  # ln(2): log(x) = log2(x) * LN2
 # entries computed and masked).  At d = 128 a 64-key tile is the one whose 64-row calls stay
 # below the small-matrix limit: flash_attention ran 1.25 times SDPA's time with block_k = 64
 # against 1.31 at the default, the backward 1.13 to 1.23 times torch's against 1.27 to 1.36,
-# so pass block_k=64 there.
+# so pass block_k=64 there.  The backward alone, measured again during its rework of December
+# 2026 (n = 4096, 8 heads, d = 64, one thread, interleaved medians against 128 x 128): 192 x 128
+# within 1%, 256 x 128 1 to 2% slower (also with TILE_BYTES doubled to keep 8 key blocks per
+# group), 128 x 192 5 to 6% slower (4096 keys are not whole 192-key blocks), 64 x 128 with 16
+# key blocks per group 9 to 10% slower: 128 x 128 stays its default too.
 BLOCK_Q = 128
 BLOCK_K = 128
 

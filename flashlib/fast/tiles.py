@@ -40,7 +40,12 @@ __all__ = ["TILE_BYTES", "GROUP_TILES", "CALL_MACS", "CALL_ROWS", "SHORT_ROWS", 
 #: tall ran the forward 2 to 7% faster than 4 tiles (fewer, larger steps: the Python
 #: statements between the numpy calls cost less, and K and V stream past half as often) and
 #: the backward 4% faster; 16 tiles, or 2 heads of 8 tiles, were no faster or slower (the
-#: group's tiles and operands outgrow the 2 MiB L2 cache).
+#: group's tiles and operands outgrow the 2 MiB L2 cache).  Measured again for the backward
+#: alone during its rework of December 2026 (the products written into free tiles, dQ's share added
+#: key block by key block; interleaved medians of 5 to 7 against 8 tiles): 4 key blocks 1.6 to
+#: 4% slower, 6 or 7 key blocks within 1% either way, 16 (TILE_BYTES doubled) 1 to 2.5% slower;
+#: visiting a group's key blocks in reverse order every other query block (so that the blocks
+#: used last are used first next) made no difference.
 TILE_BYTES = 1 << 19
 GROUP_TILES = 8
 
@@ -56,7 +61,15 @@ GROUP_TILES = 8
 CALL_MACS = 100**3
 #: ... and the most rows of the left operand one BLAS call gets: with 128 x 128 tiles and
 #: d = 64, 64 rows keep every product of the forward and backward (64 x 64 x 128,
-#: 64 x 128 x 64) below CALL_MACS; 96- and 32-row calls ran 0 to 5% slower.
+#: 64 x 128 x 64) below CALL_MACS; 96- and 32-row calls ran 0 to 5% slower.  Which operand is
+#: which matters as much: the small-matrix kernels run fastest when the right operand (OpenBLAS's
+#: column-major A) is the one that stays in the L1 cache across a batch of calls (64 x 65 @
+#: 65 x 128, in cache: 164 GFLOP/s with a shared right operand, 138 with a shared left one),
+#: and refuse a transposed right operand outright (``sgemm_small_kernel_permit``: a "TN" call
+#: with M N > 1200 takes the general path, 60% slower here): the backward lays its tiles out
+#: transposed for that reason (:mod:`flashlib.fast.backward`).  Padding a tile's rows (a row
+#: stride of 136 or 144 floats instead of 128) sped single products up 0 to 4% in cache but
+#: made the backward 13% slower (numpy's passes over a strided tile).
 CALL_ROWS = 64
 
 
@@ -164,6 +177,34 @@ class TileCall:
                       np.moveaxis(b_c, -2, -3)[..., None, :, :, :], out=self.blocks)
         else:
             blas_matmul(a, b, self.out)
+        return self.out
+
+    def left(self, a: np.ndarray) -> np.ndarray:
+        """``a`` as :meth:`run` takes it (a view): an operand that stays put is laid out once."""
+        mode = self.mode
+        if mode == "rows":
+            return split_rows(a, self.rows)
+        if mode == "rows and columns":
+            return split_rows(a, self.rows)[..., None, :, :]
+        return a
+
+    def right(self, b: np.ndarray) -> np.ndarray:
+        """``b`` as :meth:`run` takes it (a view)."""
+        mode = self.mode
+        if mode == "rows":
+            return b[..., None, :, :]
+        if mode == "rows and columns":
+            m = b.shape[-1]
+            b_c = b.reshape(b.shape[:-1] + (m // self.cols, self.cols))
+            return np.moveaxis(b_c, -2, -3)[..., None, :, :, :]
+        return b
+
+    def run(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """out = a @ b from operands laid out by :meth:`left` and :meth:`right`; returns out.
+        One numpy call (but for a remainder of rows or columns: :func:`blas_matmul`)."""
+        if self.mode == "any":
+            return blas_matmul(a, b, self.out)
+        np.matmul(a, b, out=self.blocks)
         return self.out
 
 
