@@ -516,13 +516,16 @@ def unchanged(cells: list[str], starters: list[str]) -> bool:
     return bool(starters) and grade_lint.fingerprint(cells) == grade_lint.fingerprint(starters)
 
 
-def grade(folder: Path, out: Path, *, timeout: float = 10.0, jobs: int = 1,
+def grade(folder: Path, out: Path, *, timeout: float | None = None, jobs: int = 1,
           chapter_names: list[str] | None = None, roster: Path | None = None,
           partial_credit: bool = False, strict: bool = False, standalone: bool = False,
           confinement: Any = None) -> list[Row]:
-    """Grade every notebook below ``folder``; write the reports into ``out``; the rows."""
+    """Grade every notebook below ``folder``; write the reports into ``out``; the rows.
+    ``timeout``: CPU seconds per exercise (None: tools.grade_judge.TIMEOUT)."""
     from tools import grade_sandbox
-    from tools.grade_judge import Options
+    from tools.grade_judge import TIMEOUT, Options
+
+    timeout = TIMEOUT if timeout is None else timeout
 
     if not hasattr(os, "fork"):
         raise SystemExit("tools/grade.py forks a process per exercise: run it on Linux or "
