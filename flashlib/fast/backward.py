@@ -61,6 +61,7 @@ from flashlib.core.problem import (
     check_no_overflow,
     results_are_finite,
 )
+from flashlib.fast.precise import backward_in_float64, exact_attention, in_float64
 from flashlib.fast.tiles import (
     GROUP_TILES,
     TILE_BYTES,
@@ -122,13 +123,25 @@ def flash_attention_backward(
         q, k, v, do, o=o, lse=lse, causal=causal, mask=mask, scale=scale,
         blocks=(block_q, block_k), window=window, key_lengths=key_lengths, gqa=True)
     g, p = p, p.repeat_kv()  # grouped-query attention: one K/V copy per query head
-    with np.errstate(over="ignore", invalid="ignore"):
-        grads = _backward(p, o, lse, do)
-        if not results_are_finite(*grads):  # rare: base-2 scores overflow, see flash_attention
-            grads = _backward(p, o, lse, do, base2=False)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        grads = None
+        if not backward_in_float64(p, lse):
+            grads = _backward(p, o, lse, do)
+        if grads is None or not results_are_finite(*grads):
+            # large scores (or an overflow): float64, from the float64 forward's own o and lse
+            grads = _backward_float64(p, do)
             check_no_overflow(p.dtype, *grads)  # (finite grads are not checked twice)
     dq, dk, dv = p.unflatten(grads[0]), g.sum_kv(grads[1]), g.sum_kv(grads[2])
     return tuple(x.astype(p.dtype, copy=False) for x in (dq, dk, dv))
+
+
+def _backward_float64(p: Problem, do: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The gradients of a validated problem (K/V repeated) computed in float64 and rounded once
+    to the compute dtype (inf where they exceed it), from P recomputed with each row's own
+    maximum, so that large scores cost no accuracy (:mod:`flashlib.fast.precise`)."""
+    grads = exact_attention(in_float64(p), do.astype(np.float64))
+    dtype = compute_dtype(p.dtype)
+    return tuple(x.astype(dtype) for x in grads)
 
 
 class _BackwardTiles(NamedTuple):
@@ -212,19 +225,18 @@ def _backward_key_group(
     of dQ into ``dq``.
 
     q_t: (G, query blocks, d + 1, B_r) = [scale * log2(e) * Q^T; -lse * log2(e)] per query
-    block ([scale * Q^T; -lse] with ``exp=np.exp``, the natural-units fallback); do_t: (G,
-    query blocks, d_v + 1, B_r) = scale * [dO^T; -D]; q: (G, n_q, d) and do: (G, n_q, d_v): Q
-    and dO (unscaled) as rows; ka: (G, C, w, d + 1) = [K_j, 1] per key block; va: (G, C, w, d_v
-    + 1) = [V_j, 1]; k_j: (G, C, w, d).  The key blocks are whole (all w = B_c keys) when C >
-    1.  dq (G, n_q, d), dk_j (G, C, w, d), dv_j (G, C, w, d_v): dq accumulated in place, dk_j
-    and dv_j set (any content on entry is overwritten; dq and dk_j scaled by way of
-    do_t).  floor: where a tile's S - lse falls below it, clamp at it and subtract exp(floor)
+    block; do_t: (G, query blocks, d_v + 1, B_r) = scale * [dO^T; -D]; q: (G, n_q, d) and do:
+    (G, n_q, d_v): Q and dO (unscaled) as rows; ka: (G, C, w, d + 1) = [K_j, 1] per key block;
+    va: (G, C, w, d_v + 1) = [V_j, 1]; k_j: (G, C, w, d). The key blocks are whole (all w = B_c
+    keys) when C > 1. dq (G, n_q, d), dk_j (G, C, w, d), dv_j (G, C, w, d_v): dq accumulated in
+    place, dk_j and dv_j set (any content on entry is overwritten; dq and dk_j scaled by way of
+    do_t). floor: where a tile's S - lse falls below it, clamp at it and subtract exp(floor)
     after the exponential, so that what would have been subnormal (slow) is exactly 0 and P
-    keeps an absolute error below exp(floor), 2**-63 in float32 (None: no clamping).  lo: the
+    keeps an absolute error below exp(floor), 2**-63 in float32 (None: no clamping). lo: the
     sliding window's left edge (row i sees keys j >= i + lo: query blocks past the last row
     that sees the group's last key are skipped); lengths: (G,) key padding of the group, or
     None; bands: (G, 2), each sequence's own band when they differ (lo and offset are then the
-    loosest; :func:`hidden_entries`), or None.  Each query block meets only the key blocks of
+    loosest; :func:`hidden_entries`), or None. Each query block meets only the key blocks of
     the group it may see (:func:`keys_seen`), each key block's products BLAS calls of their
     own.
     """
@@ -330,20 +342,20 @@ def _query_tiles(x: np.ndarray, b_r: int) -> np.ndarray:
 
 
 def _backward(
-    p: Problem, o: np.ndarray, lse: np.ndarray, do: np.ndarray, base2: bool = True,
+    p: Problem, o: np.ndarray, lse: np.ndarray, do: np.ndarray,
     workers: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The tiled backward of a validated problem; o, do: (B, n_q, d_v), lse: (B, n_q).
-    Returns dq, dk, dv in the compute dtype.  base2: fold scale * log2(e) into Q and use exp2
-    (the fast path); False: fold the scale alone and use exp, for scores whose base-2 form
-    overflows.  workers: threads (default: the BLAS limit)."""
+    Returns dq, dk, dv in the compute dtype: scale * log2(e) folded into Q, exp2 (scores
+    whose base-2 form could overflow, or lose accuracy, go to :func:`_backward_float64`
+    instead).  workers: threads (default: the BLAS limit)."""
     block_q, block_k = p.block_q, p.block_k
     n_b, n_q, n_k, d, d_v = p.q.shape[0], p.n_q, p.n_k, p.q.shape[-1], p.v.shape[-1]
     dtype = compute_dtype(p.dtype)
     b_r, b_c = min(block_q, n_q), min(block_k, n_k)
-    c = dtype.type(float(p.scale) * (LOG2E if base2 else 1.0))  # folded into Q
-    units = LOG2E if base2 else 1.0  # lse in the units of exp
-    exp = np.exp2 if base2 else np.exp
+    c = dtype.type(float(p.scale) * LOG2E)  # folded into Q
+    units = LOG2E  # lse in base 2
+    exp = np.exp2
 
     # [Q, -lse * log2(e)] and scale * [dO, -D], D = rowsum(dO * O): the softmax scale rides in
     # dS = P * scale (dP - D), so that dQ = dS K and dK = dS^T Q come out scaled (two passes
@@ -358,7 +370,9 @@ def _backward(
     do_aug = np.empty((n_b, n_q, d_v + 1), dtype=dtype)
     scale = dtype.type(p.scale)
     np.multiply(do, scale, out=do_aug[..., :d_v], casting="unsafe")
-    do_aug[..., d_v] = np.einsum("...i,...i->...", do, o, dtype=dtype)
+    # D = rowsum(dO * O), accumulated in float64: it is subtracted from dP_ij, of which it is
+    # the weighted mean, so its rounding would not cancel (one key: dS = dP - D = 0 exactly)
+    do_aug[..., d_v] = np.einsum("...i,...i->...", do, o, dtype=np.float64)
     do_aug[..., d_v] *= -scale
     if empty.any():
         do_aug[empty] = 0

@@ -59,6 +59,7 @@ from flashlib.core.checks import check_flag, check_float_dtype, check_int
 from flashlib.core.constants import BLOCK_K, BLOCK_Q, LN2, LOG2E, compute_dtype
 from flashlib.core.masks import band_hides, key_range, key_stop
 from flashlib.core.problem import Problem, check_no_overflow, check_problem, results_are_finite
+from flashlib.fast.precise import exact_attention, forward_in_float64, in_float64
 from flashlib.fast.tiles import (
     GROUP_TILES,
     SHORT_ROWS,
@@ -529,8 +530,16 @@ def flash_attention(
 
 def run_forward(p: Problem, workers: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """o (B, n_q, d_v) and lse (B, n_q) of a validated problem, with the overflow fallback;
-    ``workers`` threads (default: :func:`flashlib.core.threads.worker_count`)."""
-    with np.errstate(over="ignore", invalid="ignore"):
+    ``workers`` threads (default: :func:`flashlib.core.threads.worker_count`).  Scores too
+    large for the float32 tiles to stay within flash-attn's accuracy rule are computed in
+    float64 and rounded once (:mod:`flashlib.fast.precise`)."""
+    if forward_in_float64(p):
+        with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+            o, lse = exact_attention(in_float64(p).repeat_kv())
+            o, lse = o.astype(p.dtype), lse.astype(compute_dtype(p.dtype))  # inf: refused
+        check_no_overflow(p.dtype, o, stats=lse)
+        return o, lse
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         o, lse = _forward(p, base2=True, workers=workers)
         if not results_are_finite(o, stats=lse):  # rare: huge scores or values, see the docstring
             o, lse = _forward(p, base2=False, workers=workers)
