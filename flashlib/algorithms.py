@@ -84,7 +84,8 @@ def online_update(
     the value x into the running maximum m and the running sum l of
     exp(x_j - m).  m, l, x: (N,) or scalars."""
     m_new = np.maximum(m, x)  # the new running maximum
-    l_new = l * np.exp(m - m_new) + np.exp(x - m_new)  # rescale, add
+    ref = np.where(m_new == -np.inf, 0.0, m_new)  # nothing seen: no shift
+    l_new = l * np.exp(m - ref) + np.exp(x - ref)  # rescale, add
     return m_new, l_new
 
 
@@ -120,7 +121,8 @@ def merge_states(a: State, b: State) -> State:
     m_a, l_a, acc_a = a
     m_b, l_b, acc_b = b
     m = np.maximum(m_a, m_b)  # (B_r,)
-    alpha, beta = np.exp(m_a - m), np.exp(m_b - m)  # (B_r,), both <= 1
+    ref = np.where(m == -np.inf, 0.0, m)  # both empty: no shift
+    alpha, beta = np.exp(m_a - ref), np.exp(m_b - ref)  # both <= 1
     l = alpha * l_a + beta * l_b  # (B_r,)
     acc = alpha[:, None] * acc_a + beta[:, None] * acc_b  # (B_r, d_v)
     return m, l, acc

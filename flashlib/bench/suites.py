@@ -64,7 +64,7 @@ DEFAULT_NS = (1024, 4096)
 DEFAULT_BLOCKS = ((64, 64), (128, 64), (64, 128), (128, 128), (256, 128), (128, 256))
 #: The suites of ``python -m flashlib.bench``: :func:`run` runs the first two, the third is
 #: :func:`flashlib.bench.targets.run_targets`.
-SUITES = ("cpu", "ladder", "targets")
+SUITES = ("cpu", "ladder", "targets", "accuracy")
 
 
 def attention_flops(heads: int, n_q: int, n_k: int, d: int, causal: bool = False) -> float:

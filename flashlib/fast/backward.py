@@ -131,8 +131,11 @@ def flash_attention_backward(
             # large scores (or an overflow): float64, from the float64 forward's own o and lse
             grads = _backward_float64(p, do)
             check_no_overflow(p.dtype, *grads)  # (finite grads are not checked twice)
-    dq, dk, dv = p.unflatten(grads[0]), g.sum_kv(grads[1]), g.sum_kv(grads[2])
-    return tuple(x.astype(p.dtype, copy=False) for x in (dq, dk, dv))
+        dq, dk, dv = p.unflatten(grads[0]), g.sum_kv(grads[1]), g.sum_kv(grads[2])
+        grads = tuple(x.astype(p.dtype, copy=False) for x in (dq, dk, dv))
+    if p.dtype.itemsize < 4:  # float16 gradients beyond its range: refused, not inf
+        check_no_overflow(p.dtype, *grads)
+    return grads
 
 
 def _backward_float64(p: Problem, do: np.ndarray) -> tuple[np.ndarray, ...]:

@@ -93,7 +93,7 @@ def decode_attention(
     m = np.full((n_b, n_q), -np.inf, dtype=dtype)
     l = np.zeros((n_b, n_q), dtype=dtype)  # noqa: E741
     acc = np.zeros((n_b, n_q, d_v), dtype=dtype)
-    with np.errstate(over="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         for start, stop in ranges:
             o_s, lse_s = run_forward(_share(p, start, stop, dtype))  # O_s, L_s of one share
             m_new = np.maximum(m, lse_s)

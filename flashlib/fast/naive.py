@@ -89,11 +89,12 @@ def naive_attention(
     return_lse = check_flag(return_lse, "return_lse")
     p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale, score_matrices=1,
                       window=window, key_lengths=key_lengths, gqa=True).repeat_kv()
-    with np.errstate(over="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         probs, lse = _probabilities(p)
         o = probs @ p.v.astype(probs.dtype, copy=False)
+    with np.errstate(over="ignore", under="ignore"):  # to float16: inf is refused below
+        o = p.unflatten(o.astype(p.dtype, copy=False))
     check_no_overflow(p.dtype, o, stats=lse)
-    o = p.unflatten(o.astype(p.dtype, copy=False))
     return (o, p.unflatten(lse)) if return_lse else o
 
 
@@ -121,7 +122,7 @@ def naive_attention_backward(
                                          score_matrices=2, window=window,
                                          key_lengths=key_lengths, gqa=True)
     g, p = p, p.repeat_kv()
-    with np.errstate(over="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         probs, _ = _probabilities(p)
         dtype = probs.dtype
         k, v, do = (x.astype(dtype, copy=False) for x in (p.k, p.v, do))
@@ -134,6 +135,8 @@ def naive_attention_backward(
         dq *= p.scale
         dk = ds.swapaxes(-1, -2) @ p.q.astype(dtype, copy=False)  # (B, n_k, d)
         dk *= p.scale
-    check_no_overflow(p.dtype, dq, dk, dv)
     dk, dv = g.sum_kv(dk), g.sum_kv(dv)  # grouped-query attention: sum over each group
-    return tuple(x.astype(p.dtype, copy=False) for x in (p.unflatten(dq), dk, dv))
+    with np.errstate(over="ignore", under="ignore"):  # to float16: inf is refused below
+        grads = tuple(x.astype(p.dtype, copy=False) for x in (p.unflatten(dq), dk, dv))
+    check_no_overflow(p.dtype, *grads)
+    return grads

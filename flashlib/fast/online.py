@@ -89,9 +89,9 @@ class PartialAttention(NamedTuple):
 def _exp_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``exp(a - b)`` for ``a <= b``, with ``exp(-inf - (-inf))`` defined as 0 (an empty state
     contributes 0); ``a - b`` may overflow to -inf (a near -finfo.max), whose exp is 0."""
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(invalid="ignore", over="ignore", under="ignore"):  # exp(-800) is 0
         diff = a - b
-    return np.exp(np.where(np.isnan(diff), -np.inf, diff))
+        return np.exp(np.where(np.isnan(diff), -np.inf, diff))
 
 
 def softmax_state_init(

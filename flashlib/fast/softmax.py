@@ -35,7 +35,8 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
         return x.copy()
     m = x.max(axis=axis, keepdims=True)
     m[np.isneginf(m)] = 0  # an all -inf slice: exp(-inf - 0) = 0, not exp(nan)
-    with np.errstate(over="ignore"):  # x - m <= 0 may overflow to -inf (x near -finfo.max)
+    # x - m <= 0 may overflow to -inf (x near -finfo.max); exp(-800) is 0, not an error
+    with np.errstate(over="ignore", under="ignore"):
         e = np.exp(x - m)
-    total = e.sum(axis=axis, keepdims=True)
-    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+        total = e.sum(axis=axis, keepdims=True)
+        return np.divide(e, total, out=np.zeros_like(e), where=total > 0)

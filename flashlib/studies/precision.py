@@ -146,9 +146,16 @@ def round_to(x: Any, dtype: Any) -> np.ndarray:
     x: any shape -> float64 array of that shape.
     """
     dt = as_dtype(dtype)
-    x = carrier(x)
+    arr = np.asarray(x) if isinstance(x, np.ndarray | np.generic) else None
+    wide = arr is not None and (arr.dtype.kind in "iu" and arr.dtype.itemsize >= 8
+                                or arr.dtype.kind == "f" and arr.dtype.itemsize > 8)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf/NaN is the answer
-        return _round(x, dt)
+        if wide:  # int64 beyond 2**53, long double: more bits than float64 holds
+            if dt == _F64:
+                return arr.astype(np.float64)  # numpy's cast rounds these once
+            # rounded to odd in float64 (keeps what the rounding to dt needs), then to dt
+            return _round(_to_odd_float64(arr), dt)
+        return _round(carrier(x), dt)
 
 
 def _round(x: np.ndarray, dt: np.dtype) -> np.ndarray:
@@ -168,6 +175,27 @@ def _round(x: np.ndarray, dt: np.dtype) -> np.ndarray:
     if dt in (_F32, _F16):
         return x.astype(dt).astype(np.float64)
     return _to_odd_float32(x).astype(dt).astype(np.float64)
+
+
+def _to_odd_float64(x: np.ndarray) -> np.ndarray:
+    """int64/uint64 or long double ``x`` rounded to float64 toward zero, with the last bit set
+    when inexact (round to odd), so that a second rounding to a format of at most 51 bits is
+    the correct one.  Integers above 2**53 in magnitude are compared exactly as Python ints."""
+    shape, x = np.shape(x), np.atleast_1d(x)
+    near = x.astype(np.float64)  # nearest (inf beyond float64's range)
+    if x.dtype.kind in "iu":
+        inexact = np.zeros(x.shape, dtype=bool)
+        above = np.zeros(x.shape, dtype=bool)
+        for idx in zip(*np.nonzero(np.abs(near) >= 2.0**53), strict=True):
+            exact, rounded = int(x[idx]), int(near[idx])
+            inexact[idx], above[idx] = rounded != exact, abs(rounded) > abs(exact)
+    else:
+        back = near.astype(x.dtype)
+        inexact = np.isfinite(x) & (back != x)
+        above = np.abs(back) > np.abs(x)
+    toward_zero = np.where(inexact & above, np.nextafter(near, 0.0), near)
+    odd = (toward_zero.view(np.uint64) | inexact.astype(np.uint64)).view(np.float64)
+    return odd.reshape(shape)
 
 
 def _to_odd_float32(x: np.ndarray) -> np.ndarray:

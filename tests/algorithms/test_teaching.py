@@ -365,3 +365,27 @@ def test_masked_forward_row_blind_in_one_tile_then_far_below_zero(score, dtype):
         t = torch_attention(*(torch.from_numpy(x.astype(np.float64)) for x in (q, k, v)),
                             mask=mask).numpy()
         assert max_err(O, t) <= tol
+
+
+def test_empty_states_merge_and_update_to_the_empty_state_without_a_warning():
+    # what the book teaches: two empty states merge to the empty state (m = -inf, l = 0,
+    # acc = 0), and folding a masked score (-inf) into the empty state leaves it empty
+    import warnings
+
+    from flashlib.algorithms import merge_states, online_update
+
+    empty = (np.full(3, -np.inf), np.zeros(3), np.zeros((3, 2)))
+    full = (np.array([1.0, -2.0, 5.0]), np.ones(3), np.ones((3, 2)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m, l, acc = merge_states(empty, empty)
+        assert np.isneginf(m).all() and (l == 0).all() and (acc == 0).all()
+        for a, b in ((full, empty), (empty, full)):
+            for got, want in zip(merge_states(a, b), full, strict=True):
+                np.testing.assert_array_equal(got, want)
+        m, l = online_update(-np.inf, 0.0, -np.inf)
+        assert m == -np.inf and l == 0.0
+        m, l = online_update(np.array([-np.inf, 0.0]), np.array([0.0, 1.0]),
+                             np.array([2.0, -np.inf]))
+        np.testing.assert_array_equal(m, [2.0, 0.0])
+        np.testing.assert_array_equal(l, [1.0, 1.0])

@@ -313,3 +313,46 @@ def test_exp2_state_is_a_ratio():
     state = bench.exp2_state(repeats=3)
     assert state["ratio"] == pytest.approx(state["exp2_us"] / state["exp_us"])
     assert state["slow"] == (state["ratio"] > 1.5)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--n", "0"], "--n must be a positive integer, got 0"),
+    (["--heads", "0"], "--heads must be a positive integer, got 0"),
+    (["--d", "0"], "--d must be a positive integer, got 0"),
+    (["--d", "-3"], "--d must be a positive integer, got -3"),
+    (["--n", "x"], "--n must be a positive integer, got 'x'"),
+    (["--n", "3000000"], "choose a smaller --n"),
+    (["--out", "."], "it is a folder"),
+])
+def test_sizes_memory_and_out_are_checked_before_the_run(args, says, capsys, monkeypatch):
+    from flashlib.bench import __main__ as cli
+    from flashlib.bench import suites
+
+    ran = []
+    monkeypatch.setattr(suites, "run", lambda *a, **k: ran.append(1))
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["cpu", "--no-peak", "--no-progress", *args])
+    assert exit_info.value.code == 2
+    assert says in capsys.readouterr().err
+    assert not ran
+
+
+def test_out_that_cannot_be_created_is_refused_before_the_run(tmp_path, capsys):
+    from flashlib.bench import __main__ as cli
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit):
+        cli.main(["cpu", "--out", str(blocker / "sub" / "x.json")])
+    assert "cannot write the results there" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_accuracy_command(tmp_path, capsys):
+    from flashlib.bench import __main__ as cli
+
+    out = tmp_path / "acc.json"
+    assert cli.main(["accuracy", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "the rule held in every case" in text and "scale=1e8" in text
+    assert json.loads(out.read_text())["failures"] == []

@@ -3,8 +3,10 @@ points, and the facts the Precision chapter states (each measured here)."""
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
+from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
@@ -380,3 +382,67 @@ def test_the_chapters_functions_are_short():
         body = tree.body[0].body[1:]  # after the docstring
         lines = body[-1].end_lineno - body[0].lineno + 1
         assert lines <= 30, f"{fn.__name__}: {lines} lines"
+
+
+def _nearest_by_fractions(x: Fraction, dtype) -> float:
+    """The nearest value of ``dtype`` to the exact rational x (ties to even), found among every
+    finite value of the format (float16, bfloat16: 2**16 bit patterns) or x's two float32
+    neighbours, in exact arithmetic."""
+    dt = np.dtype(dtype)
+    if dt == np.float32:
+        f = np.float32(float(x))  # a float32 within an ulp of x, then its neighbours
+        cands = {f, np.nextafter(f, np.float32(np.inf)), np.nextafter(f, np.float32(-np.inf))}
+        cands = [float(c) for c in cands]
+    else:  # the format's finite values in order: the two on each side of float(x)
+        line = _number_line(dt)
+        at = int(np.searchsorted(line, float(x)))
+        cands = [float(c) for c in line[max(0, at - 2): at + 2]]
+    best = min(cands, key=lambda c: abs(Fraction(c) - x))
+    ties = [c for c in cands if abs(Fraction(c) - x) == abs(Fraction(best) - x)]
+    if len(ties) > 1:  # ties to even: the one whose last bit of the format is 0
+        ties.sort()
+        as_bits = np.array(ties, dtype=np.float64).astype(dt).view(
+            np.uint32 if dt == np.float32 else np.uint16)
+        best = ties[int(np.nonzero((as_bits & 1) == 0)[0][0])]
+    return best
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_round_to_rounds_wide_inputs_once(dtype):
+    # int64 beyond 2**53 and long doubles hold more bits than float64: rounding through
+    # float64 first would round twice (issue 31: 1 + 2**-24 + 2**-60 gave 1.0 in float32)
+    x = np.longdouble(1) + np.longdouble(2**-24) + np.longdouble(2**-60)
+    if np.finfo(np.longdouble).nmant > 52:  # a real long double (x86-64 Linux)
+        assert float(round_to(x, "float32")) == 1 + 2**-23
+    rng = np.random.default_rng(5)
+    top = 60000 if dtype == "float16" else 2**62
+    ints = np.concatenate([rng.integers(-top, top, 300, dtype=np.int64),
+                           np.array([2**60 + 2**36 + 1, -(2**53 + 1), 2**63 - 1, -2**63,
+                                     65519, 65520], dtype=np.int64)])
+    got = round_to(ints, dtype)
+    for xi, g in zip(ints.tolist(), got.tolist(), strict=True):
+        if dtype == "float16" and abs(xi) >= 65520:
+            assert g == np.copysign(np.inf, xi)
+            continue
+        assert g == _nearest_by_fractions(Fraction(xi), _dtype(dtype)), xi
+    if np.finfo(np.longdouble).nmant > 52:
+        longs = (np.longdouble(1) + rng.integers(1, 2**62, 200).astype(np.longdouble)
+                 * np.longdouble(2.0**-62)) * np.longdouble(3.0)
+        for xi, g in zip(longs, round_to(longs, dtype).tolist(), strict=True):
+            num, den = xi.as_integer_ratio()
+            assert g == _nearest_by_fractions(Fraction(num, den), _dtype(dtype)), xi
+    assert round_to(np.int64(2**63 - 1), "float64") == 2.0**63
+    assert round_to(np.int64(7), "float32").shape == ()
+
+
+@functools.cache
+def _number_line(dt):
+    with np.errstate(invalid="ignore"):  # the NaN patterns
+        values = np.arange(2**16, dtype=np.uint16).view(dt).astype(np.float64)
+    return np.unique(values[np.isfinite(values)])
+
+
+def _dtype(name):
+    import ml_dtypes
+
+    return np.dtype(getattr(ml_dtypes, name, None) or name)
