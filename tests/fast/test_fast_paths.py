@@ -278,7 +278,7 @@ def test_the_stale_limit_path_moves_the_maximum_without_redoing_tiles(rng, monke
     """Growing scores make some row sums exceed STALE_LIMIT while staying finite: the fast step
     moves m_i up (no exact step, which is where a tile's row maximum is taken; the first tile
     takes its maximum on S^T in the first step)."""
-    import flashlib.fast.forward as flash
+    import flashlib.fast.row_group as flash
 
     n = 256
     q = rng.standard_normal((1, 32, 8))

@@ -110,7 +110,8 @@ def test_flash_attention_computes_only_the_nonempty_tiles(n_q, n_k, b_r, b_c, ca
     """The tiles flash_attention computes are exactly those band_tile_class calls non-empty.
     (A group of query blocks meets a key block once: every query block of the rows it passes
     to band_hides is computed.)"""
-    import flashlib.fast.forward
+    import flashlib.fast.bounded
+    import flashlib.fast.row_group
 
     lo, hi = band(n_q, n_k, causal, window, length)
     want = [(i0, j0) for i0 in range(0, n_q, b_r) for j0 in range(0, n_k, b_c)
@@ -124,7 +125,8 @@ def test_flash_attention_computes_only_the_nonempty_tiles(n_q, n_k, b_r, b_c, ca
         seen.extend((i, j0) for i in range(i0, i1, b_r))
         return real(i0, i1, j0, j1, lo, hi)
 
-    monkeypatch.setattr(flashlib.fast.forward, "band_hides", counting)
+    for path in (flashlib.fast.bounded, flashlib.fast.row_group):  # either path's loop
+        monkeypatch.setattr(path, "band_hides", counting)
     x = np.random.default_rng(0).standard_normal((max(n_q, n_k), 4))
     flash_attention(x[:n_q], x[:n_k], x[:n_k], block_q=b_r, block_k=b_c, causal=causal,
                     window=window, key_lengths=length)

@@ -160,7 +160,8 @@ def test_causal_tiles_values_and_validation():
 def test_causal_tiles_is_what_flash_attention_visits(case, monkeypatch):
     """flash_attention asks band_hides once per group of query blocks it multiplies with a key
     block: count the tiles of those calls, and the masked ones among them."""
-    import flashlib.fast.forward
+    import flashlib.fast.bounded
+    import flashlib.fast.row_group
 
     n_q, n_k, b_r, b_c, causal = case
     seen = []
@@ -172,7 +173,8 @@ def test_causal_tiles_is_what_flash_attention_visits(case, monkeypatch):
         seen.extend(tiles)
         return band_hides(i0, i1, j0, j1, lo, hi)
 
-    monkeypatch.setattr(flashlib.fast.forward, "band_hides", counting)
+    for path in (flashlib.fast.bounded, flashlib.fast.row_group):  # either path's loop
+        monkeypatch.setattr(path, "band_hides", counting)
     x = np.random.default_rng(0).standard_normal((max(n_q, n_k), 4))
     flash_attention(x[:n_q], x[:n_k], x[:n_k], block_q=b_r, block_k=b_c, causal=causal)
     computed, masked, _ = causal_tiles(n_q, n_k, b_r, b_c, causal)
