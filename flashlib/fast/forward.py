@@ -59,6 +59,7 @@ from flashlib.core.checks import check_flag, check_float_dtype, check_int
 from flashlib.core.constants import BLOCK_K, BLOCK_Q, LN2, LOG2E, compute_dtype
 from flashlib.core.masks import band_hides, key_range, key_stop
 from flashlib.core.problem import Problem, check_no_overflow, check_problem, results_are_finite
+from flashlib.fast.dropout import check_dropout, dropout_forward
 from flashlib.fast.tiles import (
     GROUP_TILES,
     SHORT_ROWS,
@@ -482,6 +483,8 @@ def flash_attention(
     return_lse: bool = False,
     window: tuple[int | None, int | None] | None = None,
     key_lengths: np.ndarray | None = None,
+    dropout_p: float = 0.0,
+    seed: int | None = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Exact attention in the FlashAttention-2 loop order, never building an (n_q, n_k) array.
 
@@ -517,12 +520,15 @@ def flash_attention(
     the unnormalised accumulator) are recomputed in natural units with V scaled by a power of
     two, giving what :func:`flashlib.naive_attention` gives; scores that overflow the compute
     dtype even so raise ValueError.
+    dropout_p, seed: dropout on P, never stored (:mod:`flashlib.fast.dropout`): p in [0, 1),
+    p > 0 needs an integer seed in [0, 2**64), which the backward call must repeat.
     """
     return_lse = check_flag(return_lse, "return_lse")
+    dropout_p, seed = check_dropout(dropout_p, seed)
     p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale,
                       blocks=(block_q, block_k), window=window, key_lengths=key_lengths,
                       gqa=True)
-    o, lse = run_forward(p)
+    o, lse = dropout_forward(p, dropout_p, seed) if dropout_p else run_forward(p)
     o = p.unflatten(o)
     return (o, p.unflatten(lse)) if return_lse else o
 
