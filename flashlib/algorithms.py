@@ -322,13 +322,15 @@ def recompute_P(
 def flash1_backward(
     Q: np.ndarray, K: np.ndarray, V: np.ndarray, O: np.ndarray,
     l: np.ndarray, m: np.ndarray, dO: np.ndarray, B_r: int, B_c: int,
+    visible: Predicate | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """FlashAttention's backward (Dao et al. 2022, Algorithm 4, without
     dropout), one head: it keeps the forward's m and l (not L), and
     every step reads O_i to recompute D_i and reads and writes dQ_i.
 
     Q: (N_q, d), K: (N_k, d), V: (N_k, d_v), O and dO: (N_q, d_v),
-    l, m: (N_q,) as :func:`flash1_forward` leaves them in HBM
+    l, m: (N_q,) as :func:`flash1_forward` leaves them in HBM (every
+    row sees a key); visible: a mask predicate, or None
     -> dQ, dK, dV shaped like Q, K, V.
     """
     N_q, N_k, scale = len(Q), len(K), 1 / math.sqrt(Q.shape[1])
@@ -341,6 +343,10 @@ def flash1_backward(
             dO_i, dQ_i = dO[i : i + B_r], dQ[i : i + B_r]  # dO_i, dQ_i,
             l_i, m_i = l[i : i + B_r], m[i : i + B_r]  # l_i, m_i
             S_ij = scale * (Q_i @ K_j.T)  # (B_r, B_c)
+            if visible is not None:  # masked entries: P_ij = 0 there
+                seen = visible(np.arange(i, i + len(Q_i))[:, None],
+                               np.arange(j, j + len(K_j)), N_q, N_k)
+                S_ij = np.where(seen, S_ij, -np.inf)
             P_ij = np.exp(S_ij - m_i[:, None]) / l_i[:, None]  # m and l
             dV_j += P_ij.T @ dO_i  # (B_c, d_v)
             dP_ij = dO_i @ V_j.T  # (B_r, B_c)
