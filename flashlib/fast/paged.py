@@ -1,15 +1,17 @@
 """Decoding over a paged KV cache: :func:`paged_decode_attention`.
 
-A paged KV cache (vLLM's PagedAttention, Kwon et al. 2023) stores keys and values as
-fixed-size pages of ``P`` token positions in one pool shared by every sequence; each sequence's
-row of the *block table* names, in order, the pages that hold its keys: key ``t P + r`` of
-sequence ``b`` is row ``r`` of page ``block_table[b, t]``.  A sequence grows a page at a time,
-and sequences may share pages (a common prompt prefix: the paper's sharing of physical blocks
-between sequences).  flash-attn's ``flash_attn_with_kvcache(q, k_cache, v_cache, ...,
-cache_seqlens=..., block_table=...)`` takes the same three things: ``k_cache`` as
-``(num_blocks, page_block_size, nheads_k, headdim)`` with a ``block_table`` of shape
-``(batch_size, max_num_blocks_per_seq)``, dtype int32, and the cache lengths
-(flash_attn/flash_attn_interface.py).
+A paged KV cache (vLLM's PagedAttention, Kwon et al. 2023: the KV cache "stored in
+non-contiguous paged memory", which allows "flexible sharing of KV cache" between requests)
+stores keys and values as fixed-size pages of ``P`` token positions in one pool shared by every
+sequence; each sequence's row of the *block table* names, in order, the pages that hold its
+keys: key ``t P + r`` of sequence ``b`` is row ``r`` of page ``block_table[b, t]``.  A sequence
+grows a page at a time, and sequences may share pages (a common prompt prefix).  flash-attn's
+``flash_attn_with_kvcache(q, k_cache, v_cache, ..., cache_seqlens=..., block_table=...)``
+takes the same three things (its docstring in flash_attn/flash_attn_interface.py): ``k_cache``
+of shape ``(num_blocks, page_block_size, nheads_k, headdim)`` when there is a block table
+(``page_block_size`` a multiple of 256 there), ``block_table`` of shape ``(batch_size,
+max_num_blocks_per_seq)``, dtype int32, and ``cache_seqlens``, the cache's lengths; it has no
+backward pass ("Does not support backward pass"), and neither has this.
 
 The teaching function is :func:`flashlib.algorithms.paged_kv_decode` (one sequence, one head);
 this is its library twin: batched, grouped-query heads, the masks of a KV cache (its lengths,
