@@ -26,6 +26,7 @@ from flashlib.fast.decoding import decode_attention
 from flashlib.fast.flash_v1 import flash_attention_v1
 from flashlib.fast.forward import flash_attention
 from flashlib.fast.naive import naive_attention, naive_attention_backward
+from flashlib.fast.paged import paged_decode_attention
 from flashlib.fast.softmax import softmax
 
 __all__ = [
@@ -36,4 +37,5 @@ __all__ = [
     "flash_attention",
     "flash_attention_backward",
     "decode_attention",
+    "paged_decode_attention",
 ]
