@@ -1,7 +1,8 @@
 """The papers' remaining algorithms as teaching functions: FlashAttention-1's backward
 (Algorithm 4) equals the standard backward, torch autograd and FlashAttention-2's on awkward
 shapes, causal included (m and l from a causal forward); paged-KV decoding equals contiguous
-decoding for any page size, table order and length."""
+decoding for any page size, table order and length; dropout's teaching functions move exactly
+what FlashAttention-2's do (the mask is never stored)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from hypothesis import strategies as st
 from flashlib.algorithms import (
     flash1_backward,
     flash2_backward,
+    flash2_dropout_backward,
+    flash2_dropout_forward,
     flash2_forward,
     masked_flash_forward,
     paged_kv_decode,
@@ -22,6 +25,7 @@ from flashlib.algorithms import (
     standard_attention,
     standard_attention_backward,
 )
+from flashlib.core.hbm import CountingMemory
 from flashlib.core.masks import causal_top_left
 from tests.helpers import max_err, torch, torch_grads
 
@@ -121,3 +125,27 @@ def test_paged_decode_equals_contiguous_decoding(N, P, n_q, spare, seed):
     got = paged_kv_decode(q, K_cache, V_cache, table, N)
     assert max_err(got, standard_attention(q, K, V)) <= 1e-12
     assert max_err(got, split_kv_decode(q, K, V, used, P)) <= 1e-12
+
+
+# --- dropout moves nothing more: the mask is never stored ---------------------------------------
+
+@pytest.mark.parametrize("case", ["ragged_last_blocks", "blocks_1x1", "n1"])
+def test_dropout_adds_no_hbm_traffic(case):
+    """On the counting memory, the dropout forward and backward read and write exactly what
+    FlashAttention-2's forward and backward do: no mask is written, none is read back."""
+    shape = SHAPES[case]
+    Q, K, V, dO = _qkv(shape)
+    O, L = flash2_forward(Q, K, V, *shape[4:])
+    counts = []
+    for fn, extra, args in ((flash2_forward, {}, ()),
+                            (flash2_dropout_forward, {}, (0.3, 5)),
+                            (flash2_backward, {"O": O, "L": L, "dO": dO}, ()),
+                            (flash2_dropout_backward, {"O": O, "L": L, "dO": dO}, (0.3, 5))):
+        mem = CountingMemory(score_tiles=2)
+        arrays = mem.inputs(Q=Q, K=K, V=V, **extra)
+        if args:  # p_drop and seed come before the blocks
+            mem.run(fn, *arrays, *args, *shape[4:])
+        else:
+            mem.run(fn, *arrays, *shape[4:])
+        counts.append((dict(mem.reads), dict(mem.writes)))
+    assert counts[0] == counts[1] and counts[2] == counts[3]
