@@ -16,10 +16,11 @@ The layout here, and how it compares with flash-attn's:
   subsequence, offset)`` (csrc/flash_attn/src/philox.cuh) also puts the (row, column) of the
   entry in two counter words (``subsequence``) and folds the (batch, head) index and the thread
   into the 64-bit ``offset`` (csrc/flash_attn/src/dropout.h: ``offset + (bid * nheads + hid) *
-  32 + tid % 32``); PyTorch advances that offset from call to call, so that one seed serves a
-  whole training run.  Its mask therefore depends on the kernel's thread layout as well as
-  on the position; here it depends on the position alone, which is what lets any tiling (and
-  the teaching function and its library twin) regenerate it bit for bit.
+  32 + tid % 32``), and a call's (seed, offset) come from PyTorch's generator and are saved
+  for the backward as its ``rng_state``, two int64 (flash_attn/flash_attn_interface.py).  Its
+  mask therefore depends on the kernel's thread layout as well as on the position; here it
+  depends on the position alone, which is what lets any tiling (and the teaching function and
+  its library twin) regenerate it bit for bit.
 - flash-attn runs 7 rounds (6 + 1) and uses each call's 128 bits as 16 bytes, comparing each
   with ``p`` in steps of 1/256; here one call per entry, the standard 10 rounds (the rounds
   Random123's known-answer vectors check), and the first 32-bit word of the output compared
