@@ -35,19 +35,24 @@ merge of two partial states    ``merge_states``                ``merge_partials`
 standard attention (Alg. 0)    ``standard_attention``          ``naive_attention``
 its backward (Alg. 3)          ``standard_attention_backward``  ``naive_attention_backward``
 FlashAttention (Alg. 1)        ``flash1_forward``              ``flash_attention_v1``
+FlashAttention backward (Alg.  ``flash1_backward``             (FA-2's backward:
+4)                                                             ``flash_attention_backward``)
 FlashAttention-2 forward       ``flash2_forward``              ``flash_attention``
 ... with a mask                ``masked_flash_forward``        ``flash_attention(causal=...)``
 FlashAttention-2 backward      ``flash2_backward``             ``flash_attention_backward``
 ... in two passes              ``two_pass_backward``           ``flash_attention_backward``
+dropout, never stored          ``flash2_dropout_forward``,     ``flash_attention(dropout_p=,
+(Alg. 2 and 4)                 ``flash2_dropout_backward``     seed=)`` and its backward
 split-KV decoding              ``split_kv_decode``             ``decode_attention`` [2]
+paged KV cache                 ``paged_kv_decode``             ``paged_decode_attention`` [3]
 grouped-query attention        ``grouped_query_attention``     ``flash_attention`` (k, v with
                                                                fewer heads than q)
 =============================  ==============================  ===============================
 
 [1] in :mod:`flashlib.fast.online`; [2] in :mod:`flashlib.fast.decoding` (it computes what
 ``flash_attention`` computes, in Flash-Decoding's schedule: the root API keeps one function per
-result); every other twin is in the root API below.  The teaching functions check nothing;
-call their twins, which refuse bad input by name.
+result); [3] in :mod:`flashlib.fast.paged`; every other twin is in the root API below.  The
+teaching functions check nothing; call their twins, which refuse bad input by name.
 
 The public API below is the library: what a program that only wants attention imports.
 """

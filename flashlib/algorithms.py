@@ -20,8 +20,11 @@ the tests check every pair equal.
                         :func:`masked_flash_forward`
 5. the backward pass:   :func:`standard_attention_backward`,
                         :func:`delta_from_O`, :func:`recompute_P`,
+                        :func:`flash1_backward` (Algorithm 4),
                         :func:`flash2_backward`, :func:`two_pass_backward`
-6. decoding and GQA:    :func:`split_kv_decode`,
+6. dropout, not stored: :func:`flash2_dropout_forward`,
+                        :func:`flash2_dropout_backward`
+7. decoding and GQA:    :func:`split_kv_decode`, :func:`paged_kv_decode`,
                         :func:`grouped_query_attention`
 
 HBM traffic is written as numpy: slicing an array in HBM is the load
@@ -41,6 +44,7 @@ import math
 import numpy as np
 
 from flashlib.core.masks import Predicate
+from flashlib.core.philox import dropout_keep
 
 __all__ = [
     "safe_softmax",
@@ -54,9 +58,13 @@ __all__ = [
     "standard_attention_backward",
     "delta_from_O",
     "recompute_P",
+    "flash1_backward",
     "flash2_backward",
     "two_pass_backward",
+    "flash2_dropout_forward",
+    "flash2_dropout_backward",
     "split_kv_decode",
+    "paged_kv_decode",
     "grouped_query_attention",
 ]
 
@@ -313,6 +321,45 @@ def recompute_P(
     return P
 
 
+def flash1_backward(
+    Q: np.ndarray, K: np.ndarray, V: np.ndarray, O: np.ndarray,
+    l: np.ndarray, m: np.ndarray, dO: np.ndarray, B_r: int, B_c: int,
+    visible: Predicate | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """FlashAttention's backward (Dao et al. 2022, Algorithm 4, without
+    dropout), one head: it keeps the forward's m and l (not L), and
+    every step reads O_i to recompute D_i and reads and writes dQ_i.
+
+    Q: (N_q, d), K: (N_k, d), V: (N_k, d_v), O and dO: (N_q, d_v),
+    l, m: (N_q,) as :func:`flash1_forward` leaves them in HBM (every
+    row sees a key); visible: a mask predicate, or None
+    -> dQ, dK, dV shaped like Q, K, V.
+    """
+    N_q, N_k, scale = len(Q), len(K), 1 / math.sqrt(Q.shape[1])
+    dQ, dK, dV = (np.zeros_like(X) for X in (Q, K, V))  # 0 in HBM
+    for j in range(0, N_k, B_c):  # outer loop over key blocks
+        K_j, V_j = K[j : j + B_c], V[j : j + B_c]  # load K_j, V_j
+        dK_j, dV_j = np.zeros_like(K_j), np.zeros_like(V_j)  # on chip
+        for i in range(0, N_q, B_r):  # inner loop over query blocks
+            Q_i, O_i = Q[i : i + B_r], O[i : i + B_r]  # load Q_i, O_i,
+            dO_i, dQ_i = dO[i : i + B_r], dQ[i : i + B_r]  # dO_i, dQ_i,
+            l_i, m_i = l[i : i + B_r], m[i : i + B_r]  # l_i, m_i
+            S_ij = scale * (Q_i @ K_j.T)  # (B_r, B_c)
+            if visible is not None:  # masked entries: P_ij = 0 there
+                seen = visible(np.arange(i, i + len(Q_i))[:, None],
+                               np.arange(j, j + len(K_j)), N_q, N_k)
+                S_ij = np.where(seen, S_ij, -np.inf)
+            P_ij = np.exp(S_ij - m_i[:, None]) / l_i[:, None]  # m and l
+            dV_j += P_ij.T @ dO_i  # (B_c, d_v)
+            dP_ij = dO_i @ V_j.T  # (B_r, B_c)
+            D_i = np.sum(dO_i * O_i, axis=1)  # (B_r,): at every step
+            dS_ij = P_ij * (dP_ij - D_i[:, None])  # (B_r, B_c)
+            dQ[i : i + B_r] = dQ_i + scale * (dS_ij @ K_j)  # write dQ_i
+            dK_j += scale * (dS_ij.T @ Q_i)  # (B_c, d)
+        dK[j : j + B_c], dV[j : j + B_c] = dK_j, dV_j  # write, once
+    return dQ, dK, dV
+
+
 def flash2_backward(
     Q: np.ndarray, K: np.ndarray, V: np.ndarray, O: np.ndarray,
     L: np.ndarray, dO: np.ndarray, B_r: int, B_c: int,
@@ -389,6 +436,83 @@ def two_pass_backward(
     return dQ, dK, dV
 
 
+# --- dropout, never stored: each tile's mask drawn from its position ---
+
+
+def flash2_dropout_forward(
+    Q: np.ndarray, K: np.ndarray, V: np.ndarray, p_drop: float,
+    seed: int, B_r: int, B_c: int, head: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """FlashAttention-2's forward with dropout on P (Dao et al. 2022,
+    Algorithm 2, in FlashAttention-2's loop order), one head: tile
+    (i, j) keeps entry (r, c) when a counter-based generator keyed by
+    ``seed`` says so at (head, r, c); the mask Z is never stored.
+
+    Q: (N_q, d), K: (N_k, d), V: (N_k, d_v) -> O = (P * Z / (1 - p_drop))
+    V: (N_q, d_v) and L: (N_q,), the logsumexp as without dropout.
+    """
+    N_q, N_k, d_v = len(Q), len(K), V.shape[1]
+    scale = 1 / math.sqrt(Q.shape[1])  # tau
+    O = np.empty_like(Q, shape=(N_q, d_v))  # in HBM, like Q: (N_q, d_v)
+    L = np.empty_like(Q, shape=N_q)  # in HBM: (N_q,)
+    for i in range(0, N_q, B_r):  # outer loop over query blocks
+        Q_i = Q[i : i + B_r]  # load Q_i: (B_r, d)
+        rows = np.arange(i, i + len(Q_i))[:, None]  # (B_r, 1): queries
+        O_i = np.zeros((len(Q_i), d_v), Q.dtype)  # on chip: (B_r, d_v)
+        l_i = np.zeros(len(Q_i), Q.dtype)  # (B_r,): running sum
+        m_i = np.full(len(Q_i), -np.inf, Q.dtype)  # (B_r,): running max
+        for j in range(0, N_k, B_c):  # inner loop over key blocks
+            K_j, V_j = K[j : j + B_c], V[j : j + B_c]  # load K_j, V_j
+            cols = np.arange(j, j + len(K_j))  # (B_c,): the keys
+            S_ij = scale * (Q_i @ K_j.T)  # (B_r, B_c)
+            m_new = np.maximum(m_i, S_ij.max(axis=1))  # (B_r,)
+            P_ij = np.exp(S_ij - m_new[:, None])  # (B_r, B_c): P~_ij
+            alpha = np.exp(m_i - m_new)  # (B_r,)
+            l_i = alpha * l_i + P_ij.sum(axis=1)  # every entry counts
+            Z_ij = dropout_keep(seed, head, rows, cols, p_drop)  # drawn
+            O_i = alpha[:, None] * O_i + (P_ij * Z_ij) @ V_j  # kept only
+            m_i = m_new
+        O[i : i + B_r] = O_i / (l_i[:, None] * (1 - p_drop))  # write O_i
+        L[i : i + B_r] = m_i + np.log(l_i)  # write L_i, for backward
+    return O, L
+
+
+def flash2_dropout_backward(
+    Q: np.ndarray, K: np.ndarray, V: np.ndarray, O: np.ndarray,
+    L: np.ndarray, dO: np.ndarray, p_drop: float, seed: int,
+    B_r: int, B_c: int, head: int = 0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The backward of :func:`flash2_dropout_forward` (Dao et al. 2022,
+    Algorithm 4's dropout, in FlashAttention-2's order), one head: each
+    tile's mask Z_ij is drawn again from its position, bit for bit the
+    forward's.  D_i = rowsum(dO_i * O_i) still holds (O is the dropped
+    output).  Shapes as :func:`flash2_backward`.
+    """
+    N_q, N_k, scale = len(Q), len(K), 1 / math.sqrt(Q.shape[1])
+    D, dK, dV = (np.empty_like(X) for X in (L, K, V))  # in HBM
+    for i in range(0, N_q, B_r):  # D_i = rowsum(dO_i * O_i), to HBM
+        D[i : i + B_r] = np.sum(dO[i : i + B_r] * O[i : i + B_r], axis=1)
+    dQ = np.zeros_like(Q)  # initialise dQ = 0 in HBM
+    for j in range(0, N_k, B_c):  # outer loop over key blocks
+        K_j, V_j = K[j : j + B_c], V[j : j + B_c]  # load K_j, V_j
+        cols = np.arange(j, j + len(K_j))  # (B_c,): the keys
+        dK_j, dV_j = np.zeros_like(K_j), np.zeros_like(V_j)  # on chip
+        for i in range(0, N_q, B_r):  # inner loop over query blocks
+            Q_i, dO_i = Q[i : i + B_r], dO[i : i + B_r]  # load Q_i, dO_i,
+            L_i, D_i = L[i : i + B_r], D[i : i + B_r]  # L_i, D_i
+            rows = np.arange(i, i + len(Q_i))[:, None]  # (B_r, 1)
+            Z_ij = dropout_keep(seed, head, rows, cols, p_drop)  # again
+            S_ij = scale * (Q_i @ K_j.T)  # (B_r, B_c)
+            P_ij = np.exp(S_ij - L_i[:, None])  # (B_r, B_c): from L_i
+            dV_j += (P_ij * Z_ij).T @ dO_i / (1 - p_drop)  # (B_c, d_v)
+            dP_ij = (dO_i @ V_j.T) * Z_ij / (1 - p_drop)  # through Z
+            dS_ij = P_ij * (dP_ij - D_i[:, None])  # (B_r, B_c)
+            dQ[i : i + B_r] += scale * (dS_ij @ K_j)  # read, add, write
+            dK_j += scale * (dS_ij.T @ Q_i)  # (B_c, d)
+        dK[j : j + B_c], dV[j : j + B_c] = dK_j, dV_j  # write, once
+    return dQ, dK, dV
+
+
 # --- decoding and grouped-query attention ------------------------------
 
 
@@ -412,6 +536,32 @@ def split_kv_decode(
     _, l, acc = state
     O = np.asarray(acc / l[:, None], like=q)  # write O to HBM: (n_q, d_v)
     return O
+
+
+def paged_kv_decode(
+    q: np.ndarray, K_cache: np.ndarray, V_cache: np.ndarray,
+    table: np.ndarray, N: int,
+) -> np.ndarray:
+    """Decoding over a paged KV cache (vLLM's PagedAttention, Kwon et
+    al. 2023), one sequence, one head: its keys t P ... t P + P - 1 are
+    page table[t] of the cache; each page is one share of split-KV
+    decoding, its partial state merged as it comes.
+
+    q: (n_q, d), K_cache: (n_pages, P, d), V_cache: (n_pages, P, d_v),
+    table: (>= ceil(N / P),) page ids, N: the sequence's length > 0
+    -> O: (n_q, d_v).
+    """
+    n_q, d_v, P = len(q), V_cache.shape[2], K_cache.shape[1]
+    state = (np.full(n_q, -np.inf, q.dtype), np.zeros(n_q, q.dtype),
+             np.zeros((n_q, d_v), q.dtype))  # nothing seen yet
+    for t in range(0, -(-N // P)):  # the pages that hold the N keys
+        rows = min(P, N - t * P)  # the last page may be part full
+        K_t = K_cache[table[t]][:rows]  # load page table[t]: (rows, d)
+        V_t = V_cache[table[t]][:rows]  # (rows, d_v)
+        O_t, L_t = flash2_forward(q, K_t, V_t, n_q, P)  # one program
+        state = merge_states(state, (L_t, np.ones(n_q, q.dtype), O_t))
+    _, l, acc = state
+    return acc / l[:, None]  # O: (n_q, d_v)
 
 
 def grouped_query_attention(

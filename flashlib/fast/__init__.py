@@ -13,6 +13,10 @@ one against its teaching function, a float64 reference and PyTorch.
 - :mod:`flashlib.fast.backward`  ``flash_attention_backward`` (recomputes P tile by tile)
 - :mod:`flashlib.fast.decoding`  ``decode_attention`` (split-KV decoding: shares of the KV cache
                                  merged exactly, Flash-Decoding's schedule)
+- :mod:`flashlib.fast.paged`     ``paged_decode_attention`` (decoding over a paged KV cache and
+                                 its block table, split-KV over pages)
+- :mod:`flashlib.fast.dropout`   dropout never stored: the path ``flash_attention(...,
+                                 dropout_p=, seed=)`` and its backward take
 - :mod:`flashlib.fast.tiles`     what the forward and backward fast paths share: transposed key
                                  tiles, the clamping floor, the entries a mask hides in a tile
 """
@@ -22,6 +26,7 @@ from flashlib.fast.decoding import decode_attention
 from flashlib.fast.flash_v1 import flash_attention_v1
 from flashlib.fast.forward import flash_attention
 from flashlib.fast.naive import naive_attention, naive_attention_backward
+from flashlib.fast.paged import paged_decode_attention
 from flashlib.fast.softmax import softmax
 
 __all__ = [
@@ -32,4 +37,5 @@ __all__ = [
     "flash_attention",
     "flash_attention_backward",
     "decode_attention",
+    "paged_decode_attention",
 ]

@@ -61,6 +61,7 @@ from flashlib.core.problem import (
     check_no_overflow,
     results_are_finite,
 )
+from flashlib.fast.dropout import check_dropout, dropout_backward, dropout_forward
 from flashlib.fast.precise import backward_in_float64, exact_attention, in_float64
 from flashlib.fast.tiles import (
     GROUP_TILES,
@@ -99,6 +100,8 @@ def flash_attention_backward(
     scale: float | None = None,
     window: tuple[int | None, int | None] | None = None,
     key_lengths: np.ndarray | None = None,
+    dropout_p: float = 0.0,
+    seed: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients (dq, dk, dv) of ``sum(do * o)`` where ``o, lse = flash_attention(...,
     return_lse=True)``, recomputing P tile by tile; P is never stored or passed in.
@@ -118,10 +121,22 @@ def flash_attention_backward(
     Grouped-query attention as in :func:`flashlib.flash_attention` (k, v with h_kv heads, h_q
     a multiple): dk, dv have k's shape, each summed over the query heads of its group (K and
     V are repeated per query head while the gradients are computed).
+    dropout_p, seed: the forward's (:mod:`flashlib.fast.dropout` redraws its mask).
     """
+    dropout_p, seed = check_dropout(dropout_p, seed)
     p, do, o, lse = check_backward_problem(
         q, k, v, do, o=o, lse=lse, causal=causal, mask=mask, scale=scale,
         blocks=(block_q, block_k), window=window, key_lengths=key_lengths, gqa=True)
+    if dropout_p and backward_in_float64(p, lse):  # large scores: float64 (fast.precise)
+        p64, do64 = in_float64(p), do.astype(np.float64)
+        o64, lse64 = dropout_forward(p64, dropout_p, seed)
+        grads = dropout_backward(p64, o64, lse64, do64, dropout_p, seed)
+        with np.errstate(over="ignore", under="ignore"):
+            grads = tuple(x.astype(p.dtype) for x in grads)
+        check_no_overflow(p.dtype, *grads)
+        return grads
+    if dropout_p:
+        return dropout_backward(p, o, lse, do, dropout_p, seed)
     g, p = p, p.repeat_kv()  # grouped-query attention: one K/V copy per query head
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         grads = None

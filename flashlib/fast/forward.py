@@ -59,6 +59,7 @@ from flashlib.core.constants import BLOCK_K, BLOCK_Q, LN2, LOG2E, compute_dtype
 from flashlib.core.masks import key_stop
 from flashlib.core.problem import Problem, check_no_overflow, check_problem, results_are_finite
 from flashlib.fast.bounded import BoundedGroup, unshifted_ok
+from flashlib.fast.dropout import check_dropout, dropout_forward
 from flashlib.fast.precise import exact_attention, forward_in_float64, in_float64
 from flashlib.fast.row_group import HEADROOM, STALE_LIMIT, Hiding, RowGroup, Tiles
 from flashlib.fast.tiles import (
@@ -112,6 +113,8 @@ def flash_attention(
     return_lse: bool = False,
     window: tuple[int | None, int | None] | None = None,
     key_lengths: np.ndarray | None = None,
+    dropout_p: float = 0.0,
+    seed: int | None = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Exact attention in the FlashAttention-2 loop order, never building an (n_q, n_k) array.
 
@@ -147,12 +150,23 @@ def flash_attention(
     the unnormalised accumulator) are recomputed in natural units with V scaled by a power of
     two, giving what :func:`flashlib.naive_attention` gives; scores that overflow the compute
     dtype even so raise ValueError.
+    dropout_p, seed: dropout on P, never stored (:mod:`flashlib.fast.dropout`): p in [0, 1),
+    p > 0 needs an integer seed in [0, 2**64), which the backward call must repeat.
     """
     return_lse = check_flag(return_lse, "return_lse")
+    dropout_p, seed = check_dropout(dropout_p, seed)
     p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale,
                       blocks=(block_q, block_k), window=window, key_lengths=key_lengths,
                       gqa=True)
-    o, lse = run_forward(p)
+    if not dropout_p:
+        o, lse = run_forward(p)
+    elif forward_in_float64(p):  # large scores: in float64, rounded once (fast.precise)
+        o, lse = dropout_forward(in_float64(p), dropout_p, seed)
+        with np.errstate(over="ignore", under="ignore"):
+            o, lse = o.astype(p.dtype), lse.astype(compute_dtype(p.dtype))
+        check_no_overflow(p.dtype, o, stats=lse)
+    else:
+        o, lse = dropout_forward(p, dropout_p, seed)
     o = p.unflatten(o)
     return (o, p.unflatten(lse)) if return_lse else o
 

@@ -14,6 +14,8 @@ Importing ``flashlib.gpu`` never fails for want of torch or triton:
 
 - :mod:`flashlib.gpu.device`            capability detection, in one place; Triton's set-up
 - :mod:`flashlib.gpu.kernels`           the Triton kernels (forward, backward), to be read
+- :mod:`flashlib.gpu.staged_kernels`    the Triton tutorial's schedule: D's preprocessing
+  kernel, the causal forward in two stages, the three-kernel backward
 - :mod:`flashlib.gpu.triton_attention`  launching them from PyTorch, with autograd
 - :mod:`flashlib.gpu.implementations`   the same attention through flash-attn, every SDPA
   backend and naive PyTorch; the (batch, seqlen, heads, dim) layout handled in one place

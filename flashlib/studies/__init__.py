@@ -12,7 +12,8 @@ data are :mod:`flashlib.book`'s.
                                     logs, the parallel outer loop, exactness
 - :mod:`flashlib.studies.ladder`    the optimisation ladder's rungs
 - :mod:`flashlib.studies.backward`  identities, gradient checks, determinism, saved bytes,
-                                    FLOPs, the base-2 trap
+                                    FLOPs, the base-2 trap, FA-1's backward traffic vs FA-2's
+- :mod:`flashlib.studies.dq_race`   the dQ race of a single-kernel backward, simulated
 - :mod:`flashlib.studies.precision` bfloat16 and float8 emulated, the error budget, FP8 as
                                     FlashAttention-3 does it (needs ``ml_dtypes``)
 - :mod:`flashlib.studies.io_model`  exact HBM traffic, block sizes from M, the roofline

@@ -20,6 +20,9 @@ The derivation (``loss = sum(dO * O)`` with ``O = P V``, ``P = softmax(S)``, ``S
 :func:`backward_flops`, :func:`count_matmul_flops`   the recompute's cost, modelled and counted
 :func:`lse_base2`, :func:`p_from_lse`, :func:`base2_trap`   the base-2 logsumexp and the factor
                             that the wrong base puts on P
+:func:`flash1_backward_traffic`, :func:`backward_traffic_table`   FlashAttention-1's backward
+                            (Algorithm 4) against FlashAttention-2's and the two-pass one:
+                            HBM traffic derived and counted, dQ's share
 
 Needs numpy only.  torch autograd, where the ladder uses it, is passed in as a function
 (:mod:`flashlib.book.autograd` provides one, and says so in words when torch is missing).
@@ -35,6 +38,7 @@ import numpy as np
 
 from flashlib.algorithms import (
     delta_from_O,
+    flash1_backward,
     flash2_backward,
     flash2_forward,
     recompute_P,
@@ -43,10 +47,11 @@ from flashlib.algorithms import (
 )
 from flashlib.core.checks import check_float_dtype, check_int
 from flashlib.core.constants import LN2, LOG2E, compute_dtype
-from flashlib.core.hbm import LoopTracker
+from flashlib.core.hbm import CountingMemory, LoopTracker
 from flashlib.fast.backward import flash_attention_backward
 from flashlib.fast.forward import flash_attention
 from flashlib.fast.naive import naive_attention, naive_attention_backward
+from flashlib.studies.io_model import Traffic, traffic
 
 __all__ = [
     "delta_from_P",
@@ -70,6 +75,8 @@ __all__ = [
     "lse_base2",
     "p_from_lse",
     "base2_trap",
+    "flash1_backward_traffic",
+    "backward_traffic_table",
 ]
 
 
@@ -560,3 +567,62 @@ def base2_trap(n_q: int = 8, n_k: int = 64, d: int = 16, logit: float = 1.0,
             "factor_error": float(np.max(np.abs(wrong / right - factor[:, None])
                                          / factor[:, None])),
             "ln2": LN2, "log2e": LOG2E}
+
+
+# --- FlashAttention-1's backward (Algorithm 4) against FlashAttention-2's -------------------
+
+
+def flash1_backward_traffic(n_q: int, n_k: int, d: int, *, B_r: int, B_c: int,
+                            d_v: int | None = None) -> Traffic:
+    """Elements of each array that :func:`flashlib.algorithms.flash1_backward` reads from and
+    writes to HBM (no mask), with T_c = ceil(n_k / B_c) key blocks: every one of the T_c
+    passes over the query blocks reads Q, O, dO, l, m and dQ and writes dQ (T_c n_q rows of
+    each); K, V are read once; dQ, dK, dV are initialised to 0 in HBM (one write each) and dK,
+    dV written once more at the end.  B_r does not change the counts (the rows of a pass are
+    the n_q rows whatever their blocks)."""
+    n_q, n_k = check_int(n_q, "n_q", minimum=0), check_int(n_k, "n_k", minimum=0)
+    d = check_int(d, "d", minimum=1)
+    d_v = d if d_v is None else check_int(d_v, "d_v", minimum=1)
+    check_int(B_r, "B_r", minimum=1)
+    rows = -(-n_k // check_int(B_c, "B_c", minimum=1)) * n_q  # T_c n_q: rows of all passes
+    reads = {"Q": rows * d, "O": rows * d_v, "dO": rows * d_v, "l": rows, "m": rows,
+             "dQ": rows * d, "K": n_k * d, "V": n_k * d_v}
+    writes = {"dQ": (n_q + rows) * d, "dK": 2 * n_k * d, "dV": 2 * n_k * d_v}
+    return Traffic({k: c for k, c in reads.items() if c}, {k: c for k, c in writes.items() if c})
+
+
+def backward_traffic_table(n_q: int = 256, n_k: int = 256, d: int = 64, *, B_r: int = 64,
+                           B_c: int = 64, d_v: int | None = None, seed: int = 0
+                           ) -> list[dict[str, Any]]:
+    """One row per backward schedule, each run on a counting memory
+    (:class:`flashlib.core.hbm.CountingMemory`) and checked against its formula:
+    ``schedule`` ("flash1_backward": Algorithm 4; "flash2_backward"; "two_pass_backward"),
+    ``reads``, ``writes``, ``total`` (elements, counted), ``formula_total`` (derived:
+    :func:`flash1_backward_traffic`, :func:`flashlib.studies.io_model.traffic`), ``dq``
+    (elements of dQ read plus written) and ``dq_extra`` (that minus the n_q d of writing dQ
+    once, which is what the two-pass schedule does: 2 T_c n_q d for the single-kernel
+    schedules, T_c = ceil(n_k / B_c)).  FlashAttention-2 keeps dQ's read-modify-write (atomic
+    adds on a GPU) and changes the rest: it saves L instead of m and l, and computes
+    D = rowsum(dO * O) once before the loop instead of reading O_i in every step, which
+    saves (T_c - 1) n_q d_v reads of O, against one more pass over dO and D's n_q writes."""
+    d_v = d if d_v is None else d_v
+    q, k, v, do = _problem(n_q, n_k, d, d_v, seed)
+    s = q @ k.T / math.sqrt(d)
+    m = s.max(axis=1)  # what Algorithm 1 leaves in HBM: the row maximum and sum
+    l = np.exp(s - m[:, None]).sum(axis=1)  # noqa: E741
+    o, lse = flash2_forward(q, k, v, B_r, B_c)
+    runs = (("flash1_backward", flash1_backward, dict(O=o, l=l, m=m, dO=do),
+             flash1_backward_traffic(n_q, n_k, d, B_r=B_r, B_c=B_c, d_v=d_v)),
+            ("flash2_backward", flash2_backward, dict(O=o, L=lse, dO=do),
+             traffic("backward", n_q, n_k, d, d_v=d_v, B_r=B_r, B_c=B_c)),
+            ("two_pass_backward", two_pass_backward, dict(O=o, L=lse, dO=do),
+             traffic("two_pass_backward", n_q, n_k, d, d_v=d_v, B_r=B_r, B_c=B_c)))
+    rows = []
+    for name, fn, extra, formula in runs:
+        mem = CountingMemory(score_tiles=2)
+        mem.run(fn, *mem.inputs(Q=q, K=k, V=v, **extra), B_r, B_c)
+        dq = mem.reads["dQ"] + mem.writes["dQ"]
+        rows.append({"schedule": name, "reads": mem.total_reads, "writes": mem.total_writes,
+                     "total": mem.total, "formula_total": formula.total, "dq": dq,
+                     "dq_extra": dq - n_q * d})
+    return rows

@@ -18,14 +18,18 @@ import pytest
 import flashlib
 from flashlib.algorithms import (
     delta_from_O,
+    flash1_backward,
     flash1_forward,
     flash2_backward,
+    flash2_dropout_backward,
+    flash2_dropout_forward,
     flash2_forward,
     grouped_query_attention,
     masked_flash_forward,
     merge_states,
     online_attention_row,
     online_update,
+    paged_kv_decode,
     recompute_P,
     safe_softmax,
     split_kv_decode,
@@ -44,7 +48,8 @@ from tests.helpers import (
 
 TEACHING = [safe_softmax, online_update, online_attention_row, merge_states, standard_attention,
             flash1_forward, flash2_forward, masked_flash_forward, standard_attention_backward,
-            delta_from_O, recompute_P, flash2_backward, two_pass_backward, split_kv_decode,
+            delta_from_O, recompute_P, flash1_backward, flash2_backward, two_pass_backward,
+            flash2_dropout_forward, flash2_dropout_backward, split_kv_decode, paged_kv_decode,
             grouped_query_attention]
 
 # (n_q, n_k, d, d_v, B_r, B_c)

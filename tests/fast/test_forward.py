@@ -353,15 +353,16 @@ def test_public_signatures():
     kw = {n: p.default for n, p in sig.parameters.items() if p.kind is p.KEYWORD_ONLY}
     assert kw == {"block_q": BLOCK_Q, "block_k": BLOCK_K,
                   "causal": False, "mask": None, "scale": None, "return_lse": False,
-                  "window": None, "key_lengths": None}
+                  "window": None, "key_lengths": None, "dropout_p": 0.0, "seed": None}
     # one default tile for every tiled function
     assert (BLOCK_Q, BLOCK_K) == (128, 128)
     for fn in (flash_attention_v1, flashlib.flash_attention_backward):
         kw = {n: p.default for n, p in inspect.signature(fn).parameters.items()
               if p.kind is p.KEYWORD_ONLY}
-        lse = {"return_lse": False} if fn is flash_attention_v1 else {}
+        extra = ({"return_lse": False} if fn is flash_attention_v1 else
+                 {"dropout_p": 0.0, "seed": None})
         assert kw == {"block_q": BLOCK_Q, "block_k": BLOCK_K, "causal": False, "mask": None,
-                      "scale": None, "window": None, "key_lengths": None, **lse}
+                      "scale": None, "window": None, "key_lengths": None, **extra}
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
