@@ -4,7 +4,7 @@ score size, for the forward and each gradient.
 For each score magnitude (q multiplied by 1, 30, 300, 3000; then N(0, 1) inputs with a softmax
 scale of 1e2, 1e4 and 1e8), each dtype (float32, float16), each tiling (1 x 1 blocks and the
 default tile) and each mask (none, causal top-left and bottom-right, a sliding window, random
-key padding), the sweep computes
+key padding, an explicit boolean mask with rows that see one key or none), the sweep computes
 
     ratio = err(flash) / err(plain),   both against a float64 reference (max |difference|),
 
@@ -53,7 +53,7 @@ class Case(NamedTuple):
     seed: int
 
 
-MASKS = ("none", "causal", "bottom_right", "window", "padding")
+MASKS = ("none", "causal", "bottom_right", "window", "padding", "explicit")
 
 
 def _options(mask: str, n_q: int, n_k: int, rng: np.random.Generator, heads: int) -> dict:
@@ -65,6 +65,11 @@ def _options(mask: str, n_q: int, n_k: int, rng: np.random.Generator, heads: int
         return {"causal": "bottom_right", "window": (7, 0)}
     if mask == "padding":
         return {"key_lengths": rng.integers(1, n_k + 1, size=heads)}
+    if mask == "explicit":  # a boolean mask per head; some rows see one key, some none
+        keep = rng.random((heads, n_q, n_k)) < 0.3
+        keep[:, ::5] = False
+        keep[:, 1::5, 1:] = False
+        return {"mask": keep}
     return {}
 
 
