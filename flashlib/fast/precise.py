@@ -18,7 +18,7 @@ O(n d) to compute) and, above a limit, computes the whole pass in float64 and ro
 once: the error is then the rounding alone, below plain attention's.  The limits are measured
 (the sweep of :mod:`flashlib.bench.accuracy`, float32 and float16, 1 x 1 blocks and the default
 tile, every mask): below them the float32 tiles stayed within flash-attn's rule everywhere,
-with room.  Ordinary inputs (N(0, 1) q and k at d = 64: a bound of about 23 in base 2) and the
+with room.  Ordinary inputs (N(0, 1) q and k at d = 64: a bound of about 22 in base 2) and the
 benchmark's 30 times larger logits in the forward stay on the float32 path; nothing is paid
 where nothing is lost.  The backward in float64 recomputes the forward's ``o`` and ``lse`` in
 float64 (its own, not the caller's rounded ones: a float32 ``lse`` of 1e8 is off by up to 4,
@@ -47,12 +47,12 @@ __all__ = ["FORWARD_FLOAT64_ABOVE", "BACKWARD_FLOAT64_ABOVE", "score_bound", "in
 #: The forward computes in float64 when its bound on the base-2 scores exceeds this.  Measured:
 #: the float32 forward stayed within 0.9 of flash-attn's bound (2 err(plain) + 1e-5) up to q 60
 #: times the usual (bounds of 1,000 to 1,300), and failed beyond; the benchmark's logits x30
-#: have a bound of about 650 (d = 64), and stay in float32.
+#: have a bound of about 670 (d = 64; 785 at d = 128), and stay in float32.
 FORWARD_FLOAT64_ABOVE = 2.0**10
 
 #: The backward computes in float64 when its bound on the base-2 scores, or the largest |lse|
 #: in base 2, exceeds this.  Measured: float32 and float16 stayed within 0.8 of the bound up to
-#: bounds of about 40 (|lse| of about 20); N(0, 1) inputs have bounds of 23 (d = 64) to 27
+#: bounds of about 40 (|lse| of about 20); N(0, 1) inputs have bounds of 22 (d = 64) to 26
 #: (d = 128) at n = 4096, and stay in float32.
 BACKWARD_FLOAT64_ABOVE = 32.0
 
