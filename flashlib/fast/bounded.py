@@ -5,8 +5,8 @@ Softmax does not depend on a shift of the scores; the shift by the running maxim
 :func:`unshifted_ok`), ``exp2(S)`` is a normal float32 number already, so ``m_i = 0``
 throughout: no maximum, no rescaling, no ``[Q, -m_i]`` column (a Q K^T of d, not d + 1,
 products), no checks; ``P~ = exp2(S)``, and ``l_i`` and ``acc`` simply add up.  This is the
-usual case (N(0, 1) inputs at d = 64, n = 4096 have a bound of about 22); :mod:`flashlib.fast.row_group`
-is the path for the others.
+usual case (N(0, 1) inputs at d = 64, n = 4096 have a bound of about 22);
+:mod:`flashlib.fast.row_group` is the path for the others.
 """
 
 from __future__ import annotations
