@@ -1,6 +1,6 @@
 """The tiling chapter's experiments: the teaching functions run by a counting memory, and
-their event log is what the tiling chapter counts, animates (:mod:`flashlib.book.widget_data`)
-and tests.
+their event log is what the tiling chapter counts, animates
+(:mod:`flashlib.book.chapters.tiling`) and tests.
 
 :func:`run_counted`      a teaching function run on a :class:`flashlib.core.hbm.CountingMemory`:
                          its output and the memory (counts per array, the log, the SRAM peak)

@@ -302,7 +302,7 @@ def test_the_two_backward_schedules_trade_dQ_traffic_for_K_V_rereads():
 
 
 def test_io_widget_data_counted_runs_equal_the_model():
-    from flashlib.book.widget_data import io_widget_data
+    from flashlib.book.chapters.io_model import io_widget_data
 
     data = io_widget_data([48, 100], [8, 16], [32, 256, 2048], count_N=64, count_tiles=64)
     assert data["floor"]["100-16"] == 4 * 100 * 16
@@ -329,7 +329,7 @@ def test_io_widget_data_counted_runs_equal_the_model():
 
 def test_io_widget_data_passes_add_up_to_the_model():
     """The widget draws the traffic as what moves once plus what moves again per pass."""
-    from flashlib.book.widget_data import io_widget_data
+    from flashlib.book.chapters.io_model import io_widget_data
 
     data = io_widget_data([48, 100], [8, 16], [32, 256, 2048], count_N=0)
     for key, row in data["rows"].items():

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from flashlib.algorithms import flash1_forward, flash2_forward, standard_attention
-from flashlib.book.widget_data import tiling_frames, tiling_widget_data
+from flashlib.book.chapters.tiling import tiling_frames, tiling_widget_data
 from flashlib.studies import io_model as io
 from flashlib.studies.tiling import (
     exactness_table,
