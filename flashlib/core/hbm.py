@@ -6,10 +6,10 @@ is ``Q_i = Q[i : i + B_r]``, "write O_i to HBM" is ``O[i : i + B_r] = ...``.  A
 :class:`CountingMemory` runs the same function on its own arrays, :class:`HBMArray`, on which
 those lines are the traffic:
 
-    mem = CountingMemory(M=4096)
+    mem = CountingMemory(M=4096, key_side={"K", "V"})
     Q, K, V = mem.inputs(Q=q, K=k, V=v)
     O = mem.run(flash1_forward, Q, K, V, B_r, B_c)  # O comes back as a numpy array
-    mem.reads["Q"], mem.writes["O"], mem.log, mem.peak_sram
+    mem.traffic.reads["Q"], mem.traffic.total, mem.log, mem.peak_sram
 
 =================================  ==============================================================
 on HBM arrays                      means
@@ -25,39 +25,65 @@ on HBM arrays                      means
 ``np.asarray(x, like=Q)``          write a whole new array to HBM (Algorithm 0's S and P)
 ``np.zeros_like(K_j)``             like a block: an array on chip (nothing is read)
 ``Q @ K.T``, ``np.exp(S)``, ...    numpy on a whole HBM array reads all of it (once)
+``len(Q)``, ``Q.shape``,           free: shapes and dtypes are not data
+``np.shape(Q)``, ``np.size(Q)``
 =================================  ==============================================================
 
 An array allocated in HBM is named after the variable of the teaching function that holds it
 ("O", "l", "D"); the inputs are named by :meth:`CountingMemory.inputs`.  Reads and writes are
-counted per array, and each is logged (:class:`Event`).
+counted per array, logged (:class:`Event`) and summed up as a :class:`Traffic`, the type the
+closed forms of :func:`flashlib.studies.io_model.traffic` return too.
 
-The loops.  :meth:`LoopTracker.run` calls the function with its ``range`` reporting to the
-memory: which loops run, which iteration each is in, and (for a subclass) in which order the
-outermost loop visits its blocks, as the programs of a GPU launch.  Nothing else of the
-function changes.
+**How the memory sees the loops: an AST pass.**  :meth:`LoopTracker.run` does not call the
+function as it is: it reads the function's source, checks it, and compiles a copy (of it and
+of the functions of its module, which it may call) in which each ``for`` statement's iterable
+is handed to the memory first (``for i in mem.loop(range(0, N, B_r))``), each assignment tells
+the memory the names it bound, and each iteration of a loop tells it the arrays the loop keeps
+from before (those its body reads before it assigns them: O_i, l_i, m_i in FlashAttention-2's
+inner loop).  The function's lines, and so its numbers, are the same bits.  Why this and not
+the alternatives: explicit ``load(Q, i)`` / ``store(O, i, x)`` helpers would make the teaching
+functions, which the chapters show, something other than plain numpy, and swapping the builtin
+``range`` and reading the function's frames (as this module did before) cannot see what it
+misses: a ``while`` loop or ``list(range(...))`` ran uncounted, and an on-chip array was
+counted only if its name followed a convention.  The source says what the function does, so
+what the memory cannot count is refused, by line, before or as it runs
+(:class:`UncountableError`):
+
+- a ``while`` loop; ``range(...)`` anywhere but as a ``for`` statement's (or a
+  comprehension's) iterable (``list(range(...))``, a range in a variable, ``zip(range(...))``);
+- an HBM block sliced in a loop over anything but a ``range`` (the memory knows which block a
+  loop is on only from its range);
+- a numpy array kept across the outermost loop (made before it, read in it: ``O = np.empty(...)``
+  instead of ``np.empty_like(Q, ...)``, or a numpy input not placed with :meth:`inputs`): on
+  chip for the whole run, which the SRAM model has no place for;
+- two nested loops of one side with no loop of the other side between them (a tile needs a
+  query block and a key block): the caller says which arrays' rows are keys (``key_side``).
+
+The conventions are the caller's: ``key_side`` names the arrays whose rows are keys (a loop
+whose first block is of one of them runs over key blocks, any other over query blocks); the
+memory reads no variable name for anything else.
 
 The SRAM model (capacity ``M`` elements; :class:`SRAMCapacityError` when a step needs more)
 holds, at each step: the blocks loaded in the loop iterations still running (a block belongs
-to the iteration it was sliced in, and leaves SRAM when that iteration ends); the arrays the
-function keeps per block (a variable named like one block, ``O_i`` or ``dK_j``, that is not a
-load: FlashAttention-2's O_i, l_i, m_i, the backward's dK_j, dV_j), from the iteration of the
-innermost query-block (``_i``) or key-block (``_j``) loop in which they were made until that
-iteration ends; and ``score_tiles`` score tiles of ``B_r x B_c`` while a tile is computed (1
-for the forward pass: P~_ij overwrites S_ij; 2 for the backward: P_ij and dP_ij, overwritten
-by dS_ij).  Per-row temporaries of a tile (m~_ij, l~_ij, the rescale factors) are taken to
-live in registers and are not counted.  A loop whose first block is of K, V, dK or dV runs
-over key blocks, any other over query blocks; an iteration of a loop nested in a loop of the
-other side, with no loop inside it, computes the tile (query block, key block), logged with
-what SRAM holds then.
+to the iteration it was sliced in, and leaves SRAM when that iteration ends); the arrays a loop
+keeps on chip from its enclosing iteration (numpy arrays, whatever their names: FlashAttention-2's
+O_i, l_i, m_i, kept by the key loop for the query block; the backward's dK_j, dV_j), held until
+that enclosing iteration ends; and ``score_tiles`` score tiles of ``B_r x B_c`` while a tile
+is computed (1 for the forward pass: P~_ij overwrites S_ij; 2 for the backward: P_ij and dP_ij,
+overwritten by dS_ij).  Arrays made and used inside one iteration of the innermost loop (S_ij
+aside, the per-row temporaries m~_ij, l~_ij, the rescale factors) are taken to live in
+registers and are not counted.  An iteration of a loop nested in a loop of the other side, with
+no loop inside it, computes the tile (query block, key block), logged with what SRAM holds then.
 """
 
 from __future__ import annotations
 
-import builtins
-import sys
+import ast
+import inspect
+import textwrap
 import types
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -68,20 +94,41 @@ __all__ = [
     "CountingMemory",
     "HBMArray",
     "Event",
+    "Traffic",
     "SRAMCapacityError",
-    "KEY_SIDE",
+    "UncountableError",
 ]
 
-#: Arrays whose rows are keys: a loop over them runs over key blocks (j), any other over
-#: query blocks (i).
-KEY_SIDE = frozenset({"K", "V", "dK", "dV"})
 
-#: The suffix of a variable that holds one block's array, and the side of its loop.
-_BLOCK_SUFFIX = {"_i": "q", "_j": "kv"}
+class Traffic(NamedTuple):
+    """Elements read from and written to HBM, per array (the teaching functions' names): what a
+    :class:`CountingMemory` counted (:attr:`CountingMemory.traffic`), or what a closed form
+    says it will (:func:`flashlib.studies.io_model.traffic`)."""
+
+    reads: dict[str, int]
+    writes: dict[str, int]
+
+    @property
+    def total_reads(self) -> int:
+        return sum(self.reads.values())
+
+    @property
+    def total_writes(self) -> int:
+        return sum(self.writes.values())
+
+    @property
+    def total(self) -> int:
+        """Elements read plus elements written."""
+        return self.total_reads + self.total_writes
 
 
 class SRAMCapacityError(ValueError):
     """A step of the schedule needs more SRAM than the memory's capacity ``M``."""
+
+
+class UncountableError(TypeError):
+    """The function does something the counting memory cannot count (a loop it cannot see, an
+    on-chip array it cannot place); the message names the function, the line and the fix."""
 
 
 class Event(NamedTuple):
@@ -108,50 +155,278 @@ class Event(NamedTuple):
     held: tuple[tuple[str, int | None], ...] = ()
 
 
-class _Loop:
-    """A running loop: its range, the teaching function's frame it runs in, its side ("q" or
-    "kv", from its first block), its current iteration (value, block index, rows), the blocks
-    sliced in that iteration, the block arrays that were already bound when the iteration
-    began (so not made in it), whether a loop ran inside it, and whether it computed its
-    tile yet."""
+# --- the AST pass: a counted copy of a function -------------------------------------------------
 
-    __slots__ = ("range", "frame", "side", "value", "index", "rows", "blocks", "stale",
+
+class _Site(NamedTuple):
+    """A ``for`` statement or comprehension of a counted function: where it is, and the names
+    its body reads before it assigns them (what it keeps from before each iteration)."""
+
+    function: str
+    line: int
+    kept: frozenset[str]
+
+
+_SITES: list[_Site] = []  # indexed by the number the counted code passes (mem.loop(it, k))
+_COUNTED: dict[types.CodeType, types.CodeType | UncountableError] = {}
+
+_MEM = "__flashlib_memory__"  # the name of the memory in a counted function's globals
+
+
+def _uncountable(function: str, node: ast.AST, what: str) -> UncountableError:
+    return UncountableError(f"{function}, line {getattr(node, 'lineno', '?')}: {what}")
+
+
+def _read_first(body: list[ast.stmt]) -> frozenset[str]:
+    """The names ``body`` reads before it assigns them (statement by statement; in an
+    assignment the value before the targets), all branches taken."""
+    first: dict[str, bool] = {}  # name -> read first?
+
+    def loads(node: ast.AST) -> None:
+        bound = {n.id for c in ast.walk(node) if isinstance(c, ast.comprehension)
+                 for n in ast.walk(c.target) if isinstance(n, ast.Name)}
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and n.id not in bound:
+                first.setdefault(n.id, isinstance(n.ctx, ast.Load))
+
+    def stmt(s: ast.stmt) -> None:
+        if isinstance(s, (ast.Assign, ast.AnnAssign)):
+            if s.value is not None:
+                loads(s.value)
+            for t in s.targets if isinstance(s, ast.Assign) else [s.target]:
+                loads(t)
+        elif isinstance(s, ast.AugAssign):
+            loads(s.value)
+            for n in ast.walk(s.target):
+                if isinstance(n, ast.Name):
+                    first.setdefault(n.id, True)  # x += y reads x
+        elif isinstance(s, (ast.For, ast.AsyncFor)):
+            loads(s.iter)
+            loads(s.target)
+            for b in s.body + s.orelse:
+                stmt(b)
+        elif isinstance(s, (ast.If, ast.While)):
+            loads(s.test)
+            for b in s.body + s.orelse:
+                stmt(b)
+        elif isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            first.setdefault(s.name, False)
+        else:
+            loads(s)
+
+    for s in body:
+        stmt(s)
+    return frozenset(name for name, read in first.items() if read)
+
+
+def _call(method: str, *args: ast.expr) -> ast.Call:
+    return ast.Call(func=ast.Attribute(value=ast.Name(id=_MEM, ctx=ast.Load()), attr=method,
+                                       ctx=ast.Load()), args=list(args), keywords=[])
+
+
+def _names(target: ast.AST) -> list[str]:
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, ast.Starred):
+        return _names(target.value)
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [n for elt in target.elts for n in _names(elt)]
+    return []
+
+
+class _Counted(ast.NodeTransformer):
+    """Rewrites one function's body for a counting memory (see the module docstring)."""
+
+    def __init__(self, function: str) -> None:
+        self.function = function
+        self.loop_iters: set[int] = set()  # id() of the range(...) calls that are iterables
+
+    def _site(self, node: ast.AST, kept: frozenset[str]) -> ast.Constant:
+        _SITES.append(_Site(self.function, getattr(node, "lineno", 0), kept))
+        return ast.Constant(len(_SITES) - 1)
+
+    # nested functions, lambdas and classes are not part of this function's schedule
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+    def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
+        return node
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> ast.AST:
+        return node
+
+    def visit_While(self, node: ast.While) -> ast.AST:
+        raise _uncountable(self.function, node, "a while loop, which the counting memory "
+                           "cannot follow block by block: write it as `for i in range(start, "
+                           "stop, step)`")
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        if (isinstance(node.func, ast.Name) and node.func.id == "range"
+                and id(node) not in self.loop_iters):
+            raise _uncountable(self.function, node, "range(...) used other than as a for "
+                               "loop's iterable (list(range(...)), a range kept in a variable, "
+                               "zip(range(...), ...)): the counting memory sees a loop's blocks "
+                               "only in `for i in range(start, stop, step)`")
+        return self.generic_visit(node)
+
+    def visit_For(self, node: ast.For) -> Any:
+        self.loop_iters.add(id(node.iter))
+        kept = _read_first(node.body)
+        self.generic_visit(node)
+        site = self._site(node, kept)
+        node.iter = _call("loop", node.iter, site)
+        keep = ast.Expr(_call("keep", site, ast.Call(func=ast.Name(id="locals", ctx=ast.Load()),
+                                                     args=[], keywords=[])))
+        node.body = [keep, *node.body]
+        return node
+
+    def visit_comprehension(self, node: ast.comprehension) -> ast.AST:
+        self.loop_iters.add(id(node.iter))
+        self.generic_visit(node)
+        node.iter = _call("loop", node.iter, self._site(node.iter, frozenset()))
+        return node
+
+    def _bound(self, node: ast.stmt, targets: list[ast.AST]) -> Any:
+        names = list(dict.fromkeys(n for t in targets for n in _names(t)))
+        if not names:
+            return node
+        bind = ast.Expr(_call("bind", ast.Dict(
+            keys=[ast.Constant(n) for n in names],
+            values=[ast.Name(id=n, ctx=ast.Load()) for n in names])))
+        return [node, bind]
+
+    def visit_Assign(self, node: ast.Assign) -> Any:
+        self.generic_visit(node)
+        return self._bound(node, node.targets)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> Any:
+        self.generic_visit(node)
+        return self._bound(node, [node.target] if node.value is not None else [])
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> Any:
+        self.generic_visit(node)
+        return self._bound(node, [node.target])
+
+
+def _counted_code(fn: types.FunctionType) -> types.CodeType:
+    """The counted copy of ``fn``'s code (cached); raises :class:`UncountableError`."""
+    code = fn.__code__
+    if code not in _COUNTED:
+        try:
+            _COUNTED[code] = _compile_counted(fn)
+        except UncountableError as e:
+            _COUNTED[code] = e
+    out = _COUNTED[code]
+    if isinstance(out, UncountableError):
+        raise out
+    return out
+
+
+def _compile_counted(fn: types.FunctionType) -> types.CodeType:
+    name, code = fn.__qualname__, fn.__code__
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError) as e:
+        raise UncountableError(f"{name}: the counting memory reads a function's source to see "
+                               f"its loops, and cannot read this one's ({e})") from None
+    func = tree.body[0] if tree.body else None
+    if not isinstance(func, ast.FunctionDef) or func.name != code.co_name:
+        raise UncountableError(f"{name}: the counting memory counts functions written with "
+                               "def (not a lambda)")
+    first = min([func.lineno] + [d.lineno for d in func.decorator_list])
+    func.decorator_list = []
+    ast.increment_lineno(func, code.co_firstlineno - first)
+    _Counted(name).generic_visit(func)  # its body (nested functions are left as they are)
+    body: list[ast.stmt] = [func]
+    if code.co_freevars:  # rebuild the closure: the free names as locals of an outer function
+        outer = ast.parse("def __counted_outer__(): pass").body[0]
+        assert isinstance(outer, ast.FunctionDef)
+        outer.body = [ast.Assign(targets=[ast.Name(id=v, ctx=ast.Store())],
+                                 value=ast.Constant(None)) for v in code.co_freevars] + [func]
+        body = [outer]
+    module = ast.fix_missing_locations(ast.Module(body=body, type_ignores=[]))
+    compiled = compile(module, code.co_filename, "exec")
+    codes = [c for c in compiled.co_consts if isinstance(c, types.CodeType)]
+    if code.co_freevars:
+        codes = [c for c in codes[0].co_consts if isinstance(c, types.CodeType)]
+    return next(c for c in codes if c.co_name == code.co_name)
+
+
+def _counted_function(fn: types.FunctionType, namespace: dict[str, Any]) -> types.FunctionType:
+    """``fn`` compiled for counting, with ``namespace`` as its globals."""
+    try:
+        code = _counted_code(fn)
+    except UncountableError:
+        def refuse(*args: Any, **kwargs: Any) -> Any:
+            _counted_code(fn)  # raises, saying why, if the run calls it
+        return refuse  # type: ignore[return-value]
+    closure = None
+    if fn.__closure__:
+        cells = dict(zip(fn.__code__.co_freevars, fn.__closure__, strict=True))
+        closure = tuple(cells[v] for v in code.co_freevars)
+    new = types.FunctionType(code, namespace, fn.__name__, fn.__defaults__, closure)
+    new.__kwdefaults__ = fn.__kwdefaults__
+    return new
+
+
+# --- loops ----------------------------------------------------------------------------------
+
+
+class _Loop:
+    """A running ``for ... in range(...)`` loop: its range and site, its side ("q" or "kv",
+    from its first block; set by a counting memory), its current iteration (value, block
+    index, rows), the blocks sliced in that iteration, the arrays kept on chip for it by the
+    loops inside it (name -> elements), whether a loop ran inside it, and whether it computed
+    its tile yet."""
+
+    __slots__ = ("range", "site", "side", "value", "index", "rows", "blocks", "arrays",
                  "nested", "tiled")
 
-    def __init__(self, r: range, frame: Any) -> None:
-        self.range, self.frame = r, frame
+    def __init__(self, r: range, site: _Site) -> None:
+        self.range, self.site = r, site
         self.side: str | None = None
         self.value: int | None = None
         self.index: int | None = None
         self.rows = 0
         self.blocks: list[HBMArray] = []
-        self.stale: list[Any] = []
+        self.arrays: dict[str, int] = {}
         self.nested = False
         self.tiled = False
 
 
 class LoopTracker:
-    """Runs a teaching function with its loops observed: ``run(fn, *args)`` calls ``fn`` with
-    the builtin ``range`` replaced, for ``fn`` and the functions of its module that it calls,
-    by one that tells this object when each loop starts, moves on and ends.  A subclass may
-    change the order in which the outermost loop visits its values (:meth:`_order`): the
+    """Runs a function with its loops observed: ``run(fn, *args)`` calls a counted copy of
+    ``fn`` (and of the functions of its module, which it may call) whose ``for`` loops report
+    to this object when each starts, moves on and ends (see the module docstring).  A subclass
+    may change the order in which the outermost loop visits its values (:meth:`_order`): the
     programs of a GPU launch run in any order.  On its own it changes nothing else."""
 
     def __init__(self) -> None:
-        self._loops: list[_Loop] = []
-        self._codes: set[types.CodeType] = set()
+        self._loops: list[_Loop] = []  # the running range loops, outermost first
+        self._generic: list[tuple[_Site, int]] = []  # other loops running: (site, depth)
         self._running = False
 
     def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)`` with its loops observed."""
-        observed = self._observe(fn)
-        self._loops, self._running = [], True
+        if not isinstance(fn, types.FunctionType):
+            raise UncountableError(f"fn: expected a Python function, got {fn!r}")
+        namespace = dict(fn.__globals__)
+        namespace[_MEM] = self
+        for name, obj in list(namespace.items()):
+            if isinstance(obj, types.FunctionType) and obj.__globals__ is fn.__globals__:
+                namespace[name] = _counted_function(obj, namespace)
+        counted = _counted_function(fn, namespace)  # fn itself may be local, not in its module
+        _counted_code(fn)  # refused: say why now
+        self._loops, self._generic, self._running = [], [], True
         try:
             self._start()
-            out = observed(*args, **kwargs)
+            out = counted(*args, **kwargs)
             self._finish()
         finally:
-            self._loops, self._running = [], False
+            self._loops, self._generic, self._running = [], [], False
         return self._result(out)
 
     # --- hooks ----------------------------------------------------------------------------
@@ -178,30 +453,38 @@ class LoopTracker:
     def _end_iteration(self, loop: _Loop) -> None:
         """An iteration ends (the loop moves on, or ends)."""
 
-    # --- the observed range ---------------------------------------------------------------
+    def _keeps(self, loop: _Loop, kept: dict[str, Any]) -> None:
+        """An iteration of ``loop`` began, holding ``kept``: the values of the names its body
+        reads before it assigns them."""
 
-    def _observe(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """``fn`` and the functions of its module, sharing one copy of its globals in which
-        ``range`` is :meth:`_range`."""
-        namespace = dict(fn.__globals__)
-        namespace["range"] = self._range
-        for name, obj in list(namespace.items()):
-            if isinstance(obj, types.FunctionType) and obj.__globals__ is fn.__globals__:
-                namespace[name] = _rebind(obj, namespace)
-        observed = _rebind(fn, namespace)  # fn itself may be local, not in its module
-        self._codes = {f.__code__ for f in namespace.values()
-                       if isinstance(f, types.FunctionType) and f.__globals__ is namespace}
-        self._codes.add(observed.__code__)
-        return observed
+    def _bound(self, names: dict[str, Any]) -> None:
+        """A statement bound these names."""
 
-    def _range(self, *args: int) -> Iterator[int]:
-        return self._iterate(builtins.range(*args))
+    # --- what the counted code calls --------------------------------------------------------
 
-    def _iterate(self, r: range) -> Iterator[int]:
-        if not self._running:  # a stray call after the run: a plain range
-            yield from r
-            return
-        loop = _Loop(r, self._home(sys._getframe(1)))
+    def loop(self, iterable: Any, site: int) -> Iterable[Any]:
+        """The iterable of a ``for`` statement or comprehension (site: its number)."""
+        if not self._running:  # a stray call after the run: the iterable as it is
+            return iterable
+        if isinstance(iterable, range):
+            return self._iterate(iterable, _SITES[site])
+        return self._other(iterable, _SITES[site])
+
+    def keep(self, site: int, local_vars: dict[str, Any]) -> None:
+        """The first statement of each iteration: the loop's locals, of which it keeps those
+        its body reads before it assigns them."""
+        if not (self._running and self._loops and self._loops[-1].site is _SITES[site]):
+            return  # a loop over something else, or a stray call
+        kept = _SITES[site].kept
+        self._keeps(self._loops[-1], {k: v for k, v in local_vars.items() if k in kept})
+
+    def bind(self, names: dict[str, Any]) -> None:
+        """After each assignment: the names it bound and their values."""
+        if self._running:
+            self._bound(names)
+
+    def _iterate(self, r: range, site: _Site) -> Iterator[int]:
+        loop = _Loop(r, site)
         outermost = not self._loops
         if not outermost:
             self._loops[-1].nested = True
@@ -213,7 +496,7 @@ class LoopTracker:
                     self._end_iteration(loop)
                 loop.value, loop.index = value, (value - r.start) // r.step
                 loop.rows = min(r.step, r.stop - value)
-                loop.blocks, loop.nested, loop.tiled = [], False, False
+                loop.blocks, loop.arrays, loop.nested, loop.tiled = [], {}, False, False
                 self._begin_iteration(loop)
                 yield value
             if loop.value is not None:
@@ -222,20 +505,21 @@ class LoopTracker:
             if self._loops and self._loops[-1] is loop:
                 self._loops.pop()
 
-    def _home(self, frame: Any) -> Any:
-        """The frame of the observed function that ``frame`` runs in (a comprehension or a
-        generator expression runs in a frame of its own)."""
-        f = frame
-        while f is not None and f.f_code not in self._codes:
-            f = f.f_back
-        return frame if f is None else f
+    def _other(self, iterable: Any, site: _Site) -> Iterator[Any]:
+        """A loop over something else than a range: observed only so that a block sliced
+        directly in it is refused (:meth:`CountingMemory._slice`)."""
+        entry = (site, len(self._loops))
+        self._generic.append(entry)
+        try:
+            yield from iterable
+        finally:
+            for k in range(len(self._generic) - 1, -1, -1):
+                if self._generic[k] is entry:
+                    del self._generic[k]
+                    break
 
 
-def _rebind(fn: types.FunctionType, namespace: dict[str, Any]) -> types.FunctionType:
-    new = types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__,
-                             fn.__closure__)
-    new.__kwdefaults__ = fn.__kwdefaults__
-    return new
+# --- HBM --------------------------------------------------------------------------------------
 
 
 class HBMArray(NDArrayOperatorsMixin):
@@ -243,21 +527,21 @@ class HBMArray(NDArrayOperatorsMixin):
 
     ``X[a:b]`` is the rows a to b, another HBMArray (no traffic); any other use by numpy
     (arithmetic, ``np.exp``, ``X.T``, ``X[:, None]``, ``np.asarray``) loads them into SRAM
-    first, once per block.  ``X[a:b] = value`` writes rows to HBM.  Shapes, ``len`` and
-    ``dtype`` are free.  Loads and writes happen only inside :meth:`CountingMemory.run`.
+    first, once per block.  ``X[a:b] = value`` writes rows to HBM.  Shapes, ``len``, ``dtype``,
+    ``np.shape`` and ``np.size`` are free.  Loads and writes happen only inside
+    :meth:`CountingMemory.run`.
     """
 
-    __slots__ = ("mem", "root", "start", "stop", "block", "value", "_data", "_name", "home",
+    __slots__ = ("mem", "root", "start", "stop", "block", "value", "_data", "_name",
                  "__weakref__")
 
     def __init__(self, mem: CountingMemory, data: np.ndarray | None, name: str | None, *,
                  root: HBMArray | None = None, start: int = 0, stop: int | None = None,
-                 block: int | None = None, home: Any = None) -> None:
+                 block: int | None = None) -> None:
         self.mem = mem
         self.root = self if root is None else root
         self._data = data
         self._name = name
-        self.home = home  # the frame to find the name in, for an allocation
         self.start = start
         self.stop = len(data) if stop is None and data is not None and data.ndim else stop
         self.block = block
@@ -267,10 +551,11 @@ class HBMArray(NDArrayOperatorsMixin):
 
     @property
     def name(self) -> str:
-        root = self.root
-        if root._name is None:
-            self.mem._resolve(root)
-        return root._name or "?"
+        if self.root._name is None:
+            raise UncountableError(
+                "an array allocated in HBM is named after the variable that holds it: bind it "
+                "to one first (X = np.empty_like(...), then use X)")
+        return self.root._name
 
     @property
     def data(self) -> np.ndarray:
@@ -300,7 +585,8 @@ class HBMArray(NDArrayOperatorsMixin):
 
     def __repr__(self) -> str:
         rows = "" if self.root is self else f"[{self.start}:{self.stop}]"
-        return f"HBMArray({self.name!r}{rows}, shape={self.shape}, dtype={self.dtype})"
+        name = self.root._name or "(unnamed)"
+        return f"HBMArray({name!r}{rows}, shape={self.shape}, dtype={self.dtype})"
 
     # --- slicing, loading and storing ------------------------------------------------------
 
@@ -312,7 +598,7 @@ class HBMArray(NDArrayOperatorsMixin):
     def __setitem__(self, key: Any, value: Any) -> None:
         if not (isinstance(key, slice) and key.step in (None, 1)):
             raise TypeError(f"write whole rows of an HBM array, X[a:b] = value; got "
-                            f"{self.name}[{key!r}] = ...")
+                            f"{self.root._name}[{key!r}] = ...")
         self.mem.store(self, key, value)
 
     def _load(self) -> np.ndarray:
@@ -366,11 +652,29 @@ def _loaded(x: Any) -> Any:
     return x
 
 
+def _shell(x: Any) -> Any:
+    """An HBMArray's shape and dtype without its data (no memory, nothing read)."""
+    if isinstance(x, HBMArray):
+        return np.broadcast_to(np.zeros((), x.dtype), x.shape)
+    return x
+
+
+def _on_chip(value: Any) -> int:
+    """Elements of the numpy arrays in ``value`` (an array, or a tuple or list of them)."""
+    if type(value) is np.ndarray:
+        return value.size
+    if isinstance(value, (tuple, list)):
+        return sum(_on_chip(v) for v in value)
+    return 0
+
+
 #: Allocations: "like" functions (the prototype first) and creation functions (dispatched
 #: through ``like=``); those that write a fill are counted as a write.
 _LIKE = {np.empty_like: False, np.zeros_like: True, np.ones_like: True, np.full_like: True}
 _CREATE = {np.empty: False, np.zeros: True, np.ones: True, np.full: True, np.asarray: True,
            np.array: True, np.asanyarray: True}
+#: Functions of shapes and dtypes only: free, nothing is read.
+_FREE = {np.shape, np.size, np.ndim, np.result_type}
 
 
 class CountingMemory(LoopTracker):
@@ -380,24 +684,36 @@ class CountingMemory(LoopTracker):
     Place the inputs in HBM with :meth:`inputs`, run a teaching function with :meth:`run`
     (its outputs come back as numpy arrays, read without counting):
 
-        mem = CountingMemory(M=4096)
+        mem = CountingMemory(M=4096, key_side={"K", "V"})
         Q, K, V = mem.inputs(Q=q, K=k, V=v)
         O = mem.run(flash1_forward, Q, K, V, B_r, B_c)
-        mem.reads["Q"], mem.writes["O"], mem.log, mem.peak_sram
+        mem.traffic.reads["Q"], mem.traffic.total, mem.log, mem.peak_sram
 
+    key_side: the names of the arrays whose rows are keys (the caller's convention; the
+    teaching functions': K, V, dK, dV): a loop whose first block is of one of them runs over
+    key blocks, any other over query blocks.
     score_tiles: how many B_r x B_c tiles a tile step holds (1 forward, 2 backward).
     """
 
-    def __init__(self, M: int | None = None, *, score_tiles: int = 1) -> None:
+    def __init__(self, M: int | None = None, *, key_side: Collection[str] = (),
+                 score_tiles: int = 1) -> None:
         super().__init__()
+        if isinstance(key_side, str):
+            raise TypeError(f"key_side: expected a collection of array names, got {key_side!r}")
         self.capacity = M
+        self.key_side = frozenset(key_side)
         self.score_tiles = score_tiles
-        self.reads: Counter[str] = Counter()
-        self.writes: Counter[str] = Counter()
+        self._reads: Counter[str] = Counter()
+        self._writes: Counter[str] = Counter()
         self.log: list[Event] = []
         self.peak_sram = 0
         self._tile: tuple[int, int] | None = None  # (rows, cols) of the tile being computed
         self._unnamed: list[tuple[HBMArray, bool]] = []  # allocations not yet named
+
+    @property
+    def traffic(self) -> Traffic:
+        """Elements read and written so far, per array."""
+        return Traffic(dict(self._reads), dict(self._writes))
 
     # --- HBM ---------------------------------------------------------------------------------
 
@@ -416,11 +732,17 @@ class CountingMemory(LoopTracker):
         start, stop = _rows(X, key)
         view = HBMArray(self, None, None, root=X.root, start=start, stop=stop,
                         block=_block(key))
+        if self._generic and self._generic[-1][1] == len(self._loops):
+            site = self._generic[-1][0]
+            raise UncountableError(
+                f"{site.function}, line {site.line}: a block of {X.name} sliced in a loop "
+                "over something else than range(...): the counting memory knows which block a "
+                "loop is on only in `for i in range(start, stop, step)`")
         if self._loops:
             loop = self._loops[-1]
             loop.blocks.append(view)
             if loop.side is None:
-                loop.side = "kv" if view.name in KEY_SIDE else "q"
+                loop.side = "kv" if view.name in self.key_side else "q"
         return view
 
     def load(self, X: HBMArray) -> None:
@@ -454,46 +776,48 @@ class CountingMemory(LoopTracker):
         return root._data  # type: ignore[return-value]
 
     def _function(self, X: HBMArray, func: Any, args: Any, kwargs: Any) -> Any:
-        """A numpy function called on HBM arrays: an allocation "like" one (in HBM when it is
-        an array in HBM, on chip when it is a block), else the function on their loads."""
-        caller = sys._getframe(2)  # the code that called func (through X.__array_function__)
+        """A numpy function called on HBM arrays: free (a shape), an allocation "like" one (in
+        HBM when it is an array in HBM, on chip when it is a block), else the function on
+        their loads."""
+        if func in _FREE:
+            return func(*(_shell(a) for a in args), **kwargs)
         if func in _LIKE and args and args[0] is X:
             plain = func(np.empty(X.shape, X.dtype), *args[1:], **kwargs)
-            return self._allocate(plain, _LIKE[func], caller) if X.root is X else plain
+            return self._allocate(plain, _LIKE[func]) if X.root is X else plain
         if func in _CREATE and not any(a is X for a in args):  # dispatched by like=X
             plain = np.array(func(*_loaded(args), **_loaded(kwargs)))
-            return self._allocate(plain, _CREATE[func], caller) if X.root is X else plain
+            return self._allocate(plain, _CREATE[func]) if X.root is X else plain
         return func(*_loaded(args), **_loaded(kwargs))
 
-    def _allocate(self, data: np.ndarray, written: bool, caller: Any) -> HBMArray:
-        """A new array in HBM, named once the function has bound it to a variable; ``written``:
-        its content is written to HBM (a fill, or a whole new array)."""
+    def _allocate(self, data: np.ndarray, written: bool) -> HBMArray:
+        """A new array in HBM, named once the function binds it to a variable (:meth:`bind`);
+        ``written``: its content is written to HBM (a fill, or a whole new array)."""
         self._check_running("allocating in HBM")
-        X = HBMArray(self, data, None, home=self._home(caller))
+        X = HBMArray(self, data, None)
         self._unnamed.append((X, written))
         return X
 
-    def _resolve(self, root: HBMArray) -> None:
-        """Name ``root`` after the variable of its function's frame that holds it."""
-        frame = root.home
-        if frame is None:
+    def _bound(self, names: dict[str, Any]) -> None:
+        """Name the arrays just allocated that the statement bound, and log the writes of
+        those that were written (their names are known only now)."""
+        if not self._unnamed:
             return
-        for name, value in frame.f_locals.items():
-            if value is root:
-                root._name, root.home = name, None
-                return
-        raise TypeError(f"an array allocated in HBM is named after the variable that holds "
-                        f"it: bind it to one in {frame.f_code.co_name}, line "
-                        f"{frame.f_lineno} (X = np.empty_like(...), then use X)")
-
-    def _name_allocations(self) -> None:
-        """Name the arrays allocated since the last event, and log the writes of those that
-        were written (their names are known only now: the statement that bound them ended)."""
-        pending, self._unnamed = self._unnamed, []
-        for X, written in pending:
-            self._resolve(X)
+        for name, value in names.items():
+            for x in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(x, HBMArray) and x.root is x and x._name is None:
+                    x._name = name
+        named = [(X, w) for X, w in self._unnamed if X._name is not None]
+        self._unnamed = [(X, w) for X, w in self._unnamed if X._name is None]
+        for X, written in named:
             if written:
                 self._traffic("write", X.name, None, len(X.data) if X.ndim else 1, X.size)
+
+    def _name_allocations(self) -> None:
+        """Before any other event: every array allocated so far must have its name."""
+        if self._unnamed:
+            raise UncountableError(
+                "an array allocated in HBM is named after the variable that holds it: bind it "
+                "to one (X = np.empty_like(...)), then use X")
 
     # --- loops, tiles and SRAM -----------------------------------------------------------------
 
@@ -508,7 +832,24 @@ class CountingMemory(LoopTracker):
 
     def _begin_iteration(self, loop: _Loop) -> None:
         self._name_allocations()
-        loop.stale = [x for _, x in self._block_arrays(loop.frame)]
+
+    def _keeps(self, loop: _Loop, kept: dict[str, Any]) -> None:
+        """The numpy arrays ``loop`` keeps from before its iteration are on chip for the
+        iteration of the loop around it, until that iteration ends."""
+        arrays = {name: _on_chip(x) for name, x in kept.items() if _on_chip(x)}
+        if not arrays:
+            return
+        owner = self._loops[-2] if len(self._loops) > 1 else None
+        if owner is None:
+            site = loop.site
+            raise UncountableError(
+                f"{site.function}, line {site.line}: {', '.join(arrays)} "
+                f"{'is a numpy array' if len(arrays) == 1 else 'are numpy arrays'} made before "
+                "the outermost loop and used in it: on chip for the whole run, which the SRAM "
+                "model has no place for.  Place an input in HBM (mem.inputs), allocate an "
+                "output in HBM like one (np.empty_like(Q, shape=...)), or make the array inside "
+                "the loop, for one block")
+        owner.arrays.update(arrays)
 
     def _end_iteration(self, loop: _Loop) -> None:
         self._name_allocations()
@@ -525,10 +866,21 @@ class CountingMemory(LoopTracker):
     def _compute_tile(self, loop: _Loop) -> None:
         """If ``loop``'s iteration computes a tile (no loop ran inside it, it loaded a block,
         and it runs inside a loop of the other side), log the tile with what SRAM holds."""
+        if loop.nested or loop.side is None or not any(
+                v.value is not None for v in loop.blocks):
+            return
         outer = next((lp for lp in reversed(self._loops) if lp.side not in (None, loop.side)),
                      None)
-        if loop.nested or outer is None or loop.side is None or not any(
-                v.value is not None for v in loop.blocks):
+        if outer is None:
+            same = next((lp for lp in self._loops if lp is not loop and lp.side == loop.side),
+                        None)
+            if same is not None:
+                side = "key" if loop.side == "kv" else "query"
+                raise UncountableError(
+                    f"{loop.site.function}, line {loop.site.line}: this loop and the loop at "
+                    f"line {same.site.line} both run over {side} blocks, so no tile (a query "
+                    "block and a key block) is computed: name the arrays whose rows are keys, "
+                    f"CountingMemory(key_side=...) (now {sorted(self.key_side)})")
             return
         loop.tiled = True
         q, kv = (loop, outer) if loop.side == "q" else (outer, loop)
@@ -538,38 +890,14 @@ class CountingMemory(LoopTracker):
         self._append(Event("tile", "S", q.index, kv.index, q.rows, q.rows * kv.rows, sram,
                            held))
 
-    def _block_arrays(self, frame: Any) -> list[tuple[str, np.ndarray]]:
-        """The variables of ``frame`` that hold one block's array on chip: named ``X_i`` or
-        ``X_j``, numpy arrays (loads are HBMArrays)."""
-        if frame is None:
-            return []
-        return [(name, x) for name, x in frame.f_locals.items()
-                if name[-2:] in _BLOCK_SUFFIX and isinstance(x, np.ndarray)]
-
-    def _on_chip(self) -> list[tuple[_Loop, list[tuple[str, np.ndarray]]]]:
-        """Per running loop, the block arrays it holds: those of its frame whose suffix is its
-        side, when it is the innermost loop of that side in that frame, made since its
-        iteration began."""
-        out = []
-        for k, loop in enumerate(self._loops):
-            if loop.side is None or any(lp.frame is loop.frame and lp.side == loop.side
-                                        for lp in self._loops[k + 1:]):
-                out.append((loop, []))
-                continue
-            mine = [(name, x) for name, x in self._block_arrays(loop.frame)
-                    if _BLOCK_SUFFIX[name[-2:]] == loop.side
-                    and not any(x is s for s in loop.stale)]
-            out.append((loop, mine))
-        return out
-
     def resident(self) -> list[tuple[str, int | None, int]]:
         """What SRAM holds now: ``(name, block index, elements)``, loop by loop (outermost
-        first): its loaded blocks, then its block arrays (by variable name); the score
-        tile(s) last (name "S", block None)."""
+        first): its loaded blocks, then the arrays kept on chip for its iteration (by variable
+        name); the score tile(s) last (name "S", block None)."""
         out = []
-        for loop, arrays in self._on_chip():
+        for loop in self._loops:
             out += [(v.name, v.block, v.size) for v in loop.blocks if v.value is not None]
-            out += [(name, loop.index, x.size) for name, x in arrays]
+            out += [(name, loop.index, size) for name, size in loop.arrays.items()]
         if self._tile:
             out.append(("S", None, self.score_tiles * self._tile[0] * self._tile[1]))
         return out
@@ -591,7 +919,7 @@ class CountingMemory(LoopTracker):
         return sram
 
     def _traffic(self, op: str, name: str, i: int | None, rows: int, elements: int) -> None:
-        (self.reads if op == "read" else self.writes)[name] += elements
+        (self._reads if op == "read" else self._writes)[name] += elements
         self._append(Event(op, name, i, None, rows, elements, self.sram_elements()))
 
     def _append(self, event: Event) -> None:
@@ -601,18 +929,3 @@ class CountingMemory(LoopTracker):
         if not self._running:
             raise TypeError(f"{what}: an HBM array is read and written inside "
                             f"CountingMemory.run(fn, ...), which observes the loops")
-
-    # --- totals ---------------------------------------------------------------------------------
-
-    @property
-    def total_reads(self) -> int:
-        return sum(self.reads.values())
-
-    @property
-    def total_writes(self) -> int:
-        return sum(self.writes.values())
-
-    @property
-    def total(self) -> int:
-        """Elements read plus elements written."""
-        return self.total_reads + self.total_writes

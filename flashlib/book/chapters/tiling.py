@@ -170,7 +170,8 @@ def tiling_frames(n: int, B_r: int, B_c: int, order: str, *, n_k: int | None = N
     Q, K, V = random_problem(n, n_k, d, seed)
     mem = run_counted(order, Q, K, V, B_r, B_c).mem
     steps = _steps(mem.log)
-    arrays = [a for a in ARRAY_ORDER if a in mem.reads or a in mem.writes]
+    moved = mem.traffic
+    arrays = [a for a in ARRAY_ORDER if a in moved.reads or a in moved.writes]
 
     last_store: dict[int, int] = {}  # query block -> step of its last write of O
     for k, step in enumerate(steps):
