@@ -43,7 +43,7 @@ from flashlib.algorithms import (
 )
 from flashlib.core.checks import check_float_dtype, check_int
 from flashlib.core.constants import LN2, LOG2E, compute_dtype
-from flashlib.core.hbm import LoopTracker
+from flashlib.core.loops import LoopTracker
 from flashlib.fast.backward import flash_attention_backward
 from flashlib.fast.forward import flash_attention
 from flashlib.fast.naive import naive_attention, naive_attention_backward

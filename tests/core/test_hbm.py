@@ -22,11 +22,11 @@ from flashlib.algorithms import (
 from flashlib.core.hbm import (
     CountingMemory,
     HBMArray,
-    LoopTracker,
     SRAMCapacityError,
     Traffic,
     UncountableError,
 )
+from flashlib.core.loops import LoopTracker
 from flashlib.core.masks import causal_bottom_right, causal_top_left
 from flashlib.studies.io_model import sram_footprint, traffic
 
