@@ -240,7 +240,8 @@ def masked_flash_forward(
     """
     N_q, N_k, d_v = len(Q), len(K), V.shape[1]
     scale = 1 / math.sqrt(Q.shape[1])  # tau
-    O, L = np.empty((N_q, d_v), Q.dtype), np.empty(N_q, Q.dtype)
+    O = np.empty_like(Q, shape=(N_q, d_v))  # in HBM, like Q
+    L = np.empty_like(Q, shape=N_q)  # in HBM: (N_q,)
     for i in range(0, N_q, B_r):
         Q_i = Q[i : i + B_r]  # (B_r, d)
         rows = np.arange(i, i + len(Q_i))[:, None]  # (B_r, 1): query rows

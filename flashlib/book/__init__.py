@@ -10,6 +10,8 @@ only by the function that needs it.
 - :mod:`flashlib.book.tables`     ``html_table``
 - :mod:`flashlib.book.plots`      the book's figure style, figures with alt text
 - :mod:`flashlib.book.widgets`    ``interactive_figure``: sliders live in a kernel, static online
+- :mod:`flashlib.book.chapters`   each chapter's diagrams and widget data, one module per chapter
+- :mod:`flashlib.book.svg`        the diagrams' drawing primitives (``Diagram``)
 - :mod:`flashlib.book.exercises`  the exercise checkers, one module per chapter
 - :mod:`flashlib.book.autograd`   torch autograd as a rung of the gradient-checking ladder
                                   (optional: without torch it says so in words)

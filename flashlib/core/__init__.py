@@ -2,6 +2,7 @@
 
 - :mod:`flashlib.core.hbm`        the memory the teaching functions' HBM traffic goes through:
                                   plain numpy, or a counting memory with an SRAM of M elements
+- :mod:`flashlib.core.loops`      running a function with its loops observed (an AST pass)
 - :mod:`flashlib.core.masks`      which keys each query may see: the one owner of every mask
                                   rule (causal alignments, windows, key padding, tile classes)
 - :mod:`flashlib.core.checks`     input checks of single arguments (dtypes, integers, arrays)

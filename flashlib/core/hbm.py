@@ -6,10 +6,10 @@ is ``Q_i = Q[i : i + B_r]``, "write O_i to HBM" is ``O[i : i + B_r] = ...``.  A
 :class:`CountingMemory` runs the same function on its own arrays, :class:`HBMArray`, on which
 those lines are the traffic:
 
-    mem = CountingMemory(M=4096)
+    mem = CountingMemory(M=4096, key_side={"K", "V"})
     Q, K, V = mem.inputs(Q=q, K=k, V=v)
     O = mem.run(flash1_forward, Q, K, V, B_r, B_c)  # O comes back as a numpy array
-    mem.reads["Q"], mem.writes["O"], mem.log, mem.peak_sram
+    mem.traffic.reads["Q"], mem.traffic.total, mem.log, mem.peak_sram
 
 =================================  ==============================================================
 on HBM arrays                      means
@@ -25,59 +25,82 @@ on HBM arrays                      means
 ``np.asarray(x, like=Q)``          write a whole new array to HBM (Algorithm 0's S and P)
 ``np.zeros_like(K_j)``             like a block: an array on chip (nothing is read)
 ``Q @ K.T``, ``np.exp(S)``, ...    numpy on a whole HBM array reads all of it (once)
+``len(Q)``, ``Q.shape``,           free: shapes and dtypes are not data
+``np.shape(Q)``, ``np.size(Q)``
 =================================  ==============================================================
 
 An array allocated in HBM is named after the variable of the teaching function that holds it
 ("O", "l", "D"); the inputs are named by :meth:`CountingMemory.inputs`.  Reads and writes are
-counted per array, and each is logged (:class:`Event`).
+counted per array, logged (:class:`Event`) and summed up as a :class:`Traffic`, the type the
+closed forms of :func:`flashlib.studies.io_model.traffic` return too.
 
-The loops.  :meth:`LoopTracker.run` calls the function with its ``range`` reporting to the
-memory: which loops run, which iteration each is in, and (for a subclass) in which order the
-outermost loop visits its blocks, as the programs of a GPU launch.  Nothing else of the
-function changes.
+**How the memory sees the loops**: :mod:`flashlib.core.loops` runs a counted copy of the
+function (an AST pass: see why there), whose loops report their blocks, whose assignments name
+what they bind, and whose iterations say which arrays they keep from before.  What the memory
+cannot count is refused by line (:class:`UncountableError`): a ``while`` loop, ``range(...)``
+other than as a loop's iterable, an HBM block sliced in a loop over anything but a range, a
+numpy array kept across the outermost loop (made before it, read in it: on chip for the whole
+run, which the SRAM model has no place for), and two nested loops of one side with no loop of
+the other side between them (a tile needs a query block and a key block).
+
+The conventions are the caller's: ``key_side`` names the arrays whose rows are keys (a loop
+whose first block is of one of them runs over key blocks, any other over query blocks); the
+memory reads no variable name for anything else.
 
 The SRAM model (capacity ``M`` elements; :class:`SRAMCapacityError` when a step needs more)
 holds, at each step: the blocks loaded in the loop iterations still running (a block belongs
-to the iteration it was sliced in, and leaves SRAM when that iteration ends); the arrays the
-function keeps per block (a variable named like one block, ``O_i`` or ``dK_j``, that is not a
-load: FlashAttention-2's O_i, l_i, m_i, the backward's dK_j, dV_j), from the iteration of the
-innermost query-block (``_i``) or key-block (``_j``) loop in which they were made until that
-iteration ends; and ``score_tiles`` score tiles of ``B_r x B_c`` while a tile is computed (1
-for the forward pass: P~_ij overwrites S_ij; 2 for the backward: P_ij and dP_ij, overwritten
-by dS_ij).  Per-row temporaries of a tile (m~_ij, l~_ij, the rescale factors) are taken to
-live in registers and are not counted.  A loop whose first block is of K, V, dK or dV runs
-over key blocks, any other over query blocks; an iteration of a loop nested in a loop of the
-other side, with no loop inside it, computes the tile (query block, key block), logged with
-what SRAM holds then.
+to the iteration it was sliced in, and leaves SRAM when that iteration ends); the arrays a loop
+keeps on chip from its enclosing iteration (numpy arrays, whatever their names: FlashAttention-2's
+O_i, l_i, m_i, kept by the key loop for the query block; the backward's dK_j, dV_j), held until
+that enclosing iteration ends; and ``score_tiles`` score tiles of ``B_r x B_c`` while a tile
+is computed (1 for the forward pass: P~_ij overwrites S_ij; 2 for the backward: P_ij and dP_ij,
+overwritten by dS_ij).  Arrays made and used inside one iteration of the innermost loop (S_ij
+aside, the per-row temporaries m~_ij, l~_ij, the rescale factors) are taken to live in
+registers and are not counted.  An iteration of a loop nested in a loop of the other side, with
+no loop inside it, computes the tile (query block, key block), logged with what SRAM holds then.
 """
 
 from __future__ import annotations
 
-import builtins
-import sys
-import types
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Collection
 from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
+from flashlib.core.loops import Loop, LoopTracker, UncountableError
+
 __all__ = [
-    "LoopTracker",
     "CountingMemory",
     "HBMArray",
     "Event",
+    "Traffic",
     "SRAMCapacityError",
-    "KEY_SIDE",
+    "UncountableError",
 ]
 
-#: Arrays whose rows are keys: a loop over them runs over key blocks (j), any other over
-#: query blocks (i).
-KEY_SIDE = frozenset({"K", "V", "dK", "dV"})
 
-#: The suffix of a variable that holds one block's array, and the side of its loop.
-_BLOCK_SUFFIX = {"_i": "q", "_j": "kv"}
+class Traffic(NamedTuple):
+    """Elements read from and written to HBM, per array (the teaching functions' names): what a
+    :class:`CountingMemory` counted (:attr:`CountingMemory.traffic`), or what a closed form
+    says it will (:func:`flashlib.studies.io_model.traffic`)."""
+
+    reads: dict[str, int]
+    writes: dict[str, int]
+
+    @property
+    def total_reads(self) -> int:
+        return sum(self.reads.values())
+
+    @property
+    def total_writes(self) -> int:
+        return sum(self.writes.values())
+
+    @property
+    def total(self) -> int:
+        """Elements read plus elements written."""
+        return self.total_reads + self.total_writes
 
 
 class SRAMCapacityError(ValueError):
@@ -108,134 +131,7 @@ class Event(NamedTuple):
     held: tuple[tuple[str, int | None], ...] = ()
 
 
-class _Loop:
-    """A running loop: its range, the teaching function's frame it runs in, its side ("q" or
-    "kv", from its first block), its current iteration (value, block index, rows), the blocks
-    sliced in that iteration, the block arrays that were already bound when the iteration
-    began (so not made in it), whether a loop ran inside it, and whether it computed its
-    tile yet."""
-
-    __slots__ = ("range", "frame", "side", "value", "index", "rows", "blocks", "stale",
-                 "nested", "tiled")
-
-    def __init__(self, r: range, frame: Any) -> None:
-        self.range, self.frame = r, frame
-        self.side: str | None = None
-        self.value: int | None = None
-        self.index: int | None = None
-        self.rows = 0
-        self.blocks: list[HBMArray] = []
-        self.stale: list[Any] = []
-        self.nested = False
-        self.tiled = False
-
-
-class LoopTracker:
-    """Runs a teaching function with its loops observed: ``run(fn, *args)`` calls ``fn`` with
-    the builtin ``range`` replaced, for ``fn`` and the functions of its module that it calls,
-    by one that tells this object when each loop starts, moves on and ends.  A subclass may
-    change the order in which the outermost loop visits its values (:meth:`_order`): the
-    programs of a GPU launch run in any order.  On its own it changes nothing else."""
-
-    def __init__(self) -> None:
-        self._loops: list[_Loop] = []
-        self._codes: set[types.CodeType] = set()
-        self._running = False
-
-    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``fn(*args, **kwargs)`` with its loops observed."""
-        observed = self._observe(fn)
-        self._loops, self._running = [], True
-        try:
-            self._start()
-            out = observed(*args, **kwargs)
-            self._finish()
-        finally:
-            self._loops, self._running = [], False
-        return self._result(out)
-
-    # --- hooks ----------------------------------------------------------------------------
-
-    def _order(self, r: range, outermost: bool) -> Iterable[int]:
-        """The values a loop visits: all of them, in order."""
-        return r
-
-    def _start(self) -> None:
-        """Before the function runs."""
-
-    def _finish(self) -> None:
-        """After it returned."""
-
-    def _result(self, out: Any) -> Any:
-        return out
-
-    def _enter(self, loop: _Loop, outermost: bool) -> None:
-        """A loop starts (before its first iteration)."""
-
-    def _begin_iteration(self, loop: _Loop) -> None:
-        """An iteration starts (``loop.value`` set)."""
-
-    def _end_iteration(self, loop: _Loop) -> None:
-        """An iteration ends (the loop moves on, or ends)."""
-
-    # --- the observed range ---------------------------------------------------------------
-
-    def _observe(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """``fn`` and the functions of its module, sharing one copy of its globals in which
-        ``range`` is :meth:`_range`."""
-        namespace = dict(fn.__globals__)
-        namespace["range"] = self._range
-        for name, obj in list(namespace.items()):
-            if isinstance(obj, types.FunctionType) and obj.__globals__ is fn.__globals__:
-                namespace[name] = _rebind(obj, namespace)
-        observed = _rebind(fn, namespace)  # fn itself may be local, not in its module
-        self._codes = {f.__code__ for f in namespace.values()
-                       if isinstance(f, types.FunctionType) and f.__globals__ is namespace}
-        self._codes.add(observed.__code__)
-        return observed
-
-    def _range(self, *args: int) -> Iterator[int]:
-        return self._iterate(builtins.range(*args))
-
-    def _iterate(self, r: range) -> Iterator[int]:
-        if not self._running:  # a stray call after the run: a plain range
-            yield from r
-            return
-        loop = _Loop(r, self._home(sys._getframe(1)))
-        outermost = not self._loops
-        if not outermost:
-            self._loops[-1].nested = True
-        self._enter(loop, outermost)
-        self._loops.append(loop)
-        try:
-            for value in self._order(r, outermost):
-                if loop.value is not None:
-                    self._end_iteration(loop)
-                loop.value, loop.index = value, (value - r.start) // r.step
-                loop.rows = min(r.step, r.stop - value)
-                loop.blocks, loop.nested, loop.tiled = [], False, False
-                self._begin_iteration(loop)
-                yield value
-            if loop.value is not None:
-                self._end_iteration(loop)
-        finally:  # ended, or left early (an error, a break: no more is logged then)
-            if self._loops and self._loops[-1] is loop:
-                self._loops.pop()
-
-    def _home(self, frame: Any) -> Any:
-        """The frame of the observed function that ``frame`` runs in (a comprehension or a
-        generator expression runs in a frame of its own)."""
-        f = frame
-        while f is not None and f.f_code not in self._codes:
-            f = f.f_back
-        return frame if f is None else f
-
-
-def _rebind(fn: types.FunctionType, namespace: dict[str, Any]) -> types.FunctionType:
-    new = types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__,
-                             fn.__closure__)
-    new.__kwdefaults__ = fn.__kwdefaults__
-    return new
+# --- HBM --------------------------------------------------------------------------------------
 
 
 class HBMArray(NDArrayOperatorsMixin):
@@ -243,21 +139,21 @@ class HBMArray(NDArrayOperatorsMixin):
 
     ``X[a:b]`` is the rows a to b, another HBMArray (no traffic); any other use by numpy
     (arithmetic, ``np.exp``, ``X.T``, ``X[:, None]``, ``np.asarray``) loads them into SRAM
-    first, once per block.  ``X[a:b] = value`` writes rows to HBM.  Shapes, ``len`` and
-    ``dtype`` are free.  Loads and writes happen only inside :meth:`CountingMemory.run`.
+    first, once per block.  ``X[a:b] = value`` writes rows to HBM.  Shapes, ``len``, ``dtype``,
+    ``np.shape`` and ``np.size`` are free.  Loads and writes happen only inside
+    :meth:`CountingMemory.run`.
     """
 
-    __slots__ = ("mem", "root", "start", "stop", "block", "value", "_data", "_name", "home",
+    __slots__ = ("mem", "root", "start", "stop", "block", "value", "_data", "_name",
                  "__weakref__")
 
     def __init__(self, mem: CountingMemory, data: np.ndarray | None, name: str | None, *,
                  root: HBMArray | None = None, start: int = 0, stop: int | None = None,
-                 block: int | None = None, home: Any = None) -> None:
+                 block: int | None = None) -> None:
         self.mem = mem
         self.root = self if root is None else root
         self._data = data
         self._name = name
-        self.home = home  # the frame to find the name in, for an allocation
         self.start = start
         self.stop = len(data) if stop is None and data is not None and data.ndim else stop
         self.block = block
@@ -267,10 +163,11 @@ class HBMArray(NDArrayOperatorsMixin):
 
     @property
     def name(self) -> str:
-        root = self.root
-        if root._name is None:
-            self.mem._resolve(root)
-        return root._name or "?"
+        if self.root._name is None:
+            raise UncountableError(
+                "an array allocated in HBM is named after the variable that holds it: bind it "
+                "to one first (X = np.empty_like(...), then use X)")
+        return self.root._name
 
     @property
     def data(self) -> np.ndarray:
@@ -300,7 +197,8 @@ class HBMArray(NDArrayOperatorsMixin):
 
     def __repr__(self) -> str:
         rows = "" if self.root is self else f"[{self.start}:{self.stop}]"
-        return f"HBMArray({self.name!r}{rows}, shape={self.shape}, dtype={self.dtype})"
+        name = self.root._name or "(unnamed)"
+        return f"HBMArray({name!r}{rows}, shape={self.shape}, dtype={self.dtype})"
 
     # --- slicing, loading and storing ------------------------------------------------------
 
@@ -312,7 +210,7 @@ class HBMArray(NDArrayOperatorsMixin):
     def __setitem__(self, key: Any, value: Any) -> None:
         if not (isinstance(key, slice) and key.step in (None, 1)):
             raise TypeError(f"write whole rows of an HBM array, X[a:b] = value; got "
-                            f"{self.name}[{key!r}] = ...")
+                            f"{self.root._name}[{key!r}] = ...")
         self.mem.store(self, key, value)
 
     def _load(self) -> np.ndarray:
@@ -366,11 +264,29 @@ def _loaded(x: Any) -> Any:
     return x
 
 
+def _shell(x: Any) -> Any:
+    """An HBMArray's shape and dtype without its data (no memory, nothing read)."""
+    if isinstance(x, HBMArray):
+        return np.broadcast_to(np.zeros((), x.dtype), x.shape)
+    return x
+
+
+def _on_chip(value: Any) -> int:
+    """Elements of the numpy arrays in ``value`` (an array, or a tuple or list of them)."""
+    if type(value) is np.ndarray:
+        return value.size
+    if isinstance(value, (tuple, list)):
+        return sum(_on_chip(v) for v in value)
+    return 0
+
+
 #: Allocations: "like" functions (the prototype first) and creation functions (dispatched
 #: through ``like=``); those that write a fill are counted as a write.
 _LIKE = {np.empty_like: False, np.zeros_like: True, np.ones_like: True, np.full_like: True}
 _CREATE = {np.empty: False, np.zeros: True, np.ones: True, np.full: True, np.asarray: True,
            np.array: True, np.asanyarray: True}
+#: Functions of shapes and dtypes only: free, nothing is read.
+_FREE = {np.shape, np.size, np.ndim, np.result_type}
 
 
 class CountingMemory(LoopTracker):
@@ -380,24 +296,36 @@ class CountingMemory(LoopTracker):
     Place the inputs in HBM with :meth:`inputs`, run a teaching function with :meth:`run`
     (its outputs come back as numpy arrays, read without counting):
 
-        mem = CountingMemory(M=4096)
+        mem = CountingMemory(M=4096, key_side={"K", "V"})
         Q, K, V = mem.inputs(Q=q, K=k, V=v)
         O = mem.run(flash1_forward, Q, K, V, B_r, B_c)
-        mem.reads["Q"], mem.writes["O"], mem.log, mem.peak_sram
+        mem.traffic.reads["Q"], mem.traffic.total, mem.log, mem.peak_sram
 
+    key_side: the names of the arrays whose rows are keys (the caller's convention; the
+    teaching functions': K, V, dK, dV): a loop whose first block is of one of them runs over
+    key blocks, any other over query blocks.
     score_tiles: how many B_r x B_c tiles a tile step holds (1 forward, 2 backward).
     """
 
-    def __init__(self, M: int | None = None, *, score_tiles: int = 1) -> None:
+    def __init__(self, M: int | None = None, *, key_side: Collection[str] = (),
+                 score_tiles: int = 1) -> None:
         super().__init__()
+        if isinstance(key_side, str):
+            raise TypeError(f"key_side: expected a collection of array names, got {key_side!r}")
         self.capacity = M
+        self.key_side = frozenset(key_side)
         self.score_tiles = score_tiles
-        self.reads: Counter[str] = Counter()
-        self.writes: Counter[str] = Counter()
+        self._reads: Counter[str] = Counter()
+        self._writes: Counter[str] = Counter()
         self.log: list[Event] = []
         self.peak_sram = 0
         self._tile: tuple[int, int] | None = None  # (rows, cols) of the tile being computed
         self._unnamed: list[tuple[HBMArray, bool]] = []  # allocations not yet named
+
+    @property
+    def traffic(self) -> Traffic:
+        """Elements read and written so far, per array."""
+        return Traffic(dict(self._reads), dict(self._writes))
 
     # --- HBM ---------------------------------------------------------------------------------
 
@@ -416,11 +344,17 @@ class CountingMemory(LoopTracker):
         start, stop = _rows(X, key)
         view = HBMArray(self, None, None, root=X.root, start=start, stop=stop,
                         block=_block(key))
+        if self._generic and self._generic[-1][1] == len(self._loops):
+            site = self._generic[-1][0]
+            raise UncountableError(
+                f"{site.function}, line {site.line}: a block of {X.name} sliced in a loop "
+                "over something else than range(...): the counting memory knows which block a "
+                "loop is on only in `for i in range(start, stop, step)`")
         if self._loops:
             loop = self._loops[-1]
             loop.blocks.append(view)
             if loop.side is None:
-                loop.side = "kv" if view.name in KEY_SIDE else "q"
+                loop.side = "kv" if view.name in self.key_side else "q"
         return view
 
     def load(self, X: HBMArray) -> None:
@@ -454,46 +388,48 @@ class CountingMemory(LoopTracker):
         return root._data  # type: ignore[return-value]
 
     def _function(self, X: HBMArray, func: Any, args: Any, kwargs: Any) -> Any:
-        """A numpy function called on HBM arrays: an allocation "like" one (in HBM when it is
-        an array in HBM, on chip when it is a block), else the function on their loads."""
-        caller = sys._getframe(2)  # the code that called func (through X.__array_function__)
+        """A numpy function called on HBM arrays: free (a shape), an allocation "like" one (in
+        HBM when it is an array in HBM, on chip when it is a block), else the function on
+        their loads."""
+        if func in _FREE:
+            return func(*(_shell(a) for a in args), **kwargs)
         if func in _LIKE and args and args[0] is X:
             plain = func(np.empty(X.shape, X.dtype), *args[1:], **kwargs)
-            return self._allocate(plain, _LIKE[func], caller) if X.root is X else plain
+            return self._allocate(plain, _LIKE[func]) if X.root is X else plain
         if func in _CREATE and not any(a is X for a in args):  # dispatched by like=X
             plain = np.array(func(*_loaded(args), **_loaded(kwargs)))
-            return self._allocate(plain, _CREATE[func], caller) if X.root is X else plain
+            return self._allocate(plain, _CREATE[func]) if X.root is X else plain
         return func(*_loaded(args), **_loaded(kwargs))
 
-    def _allocate(self, data: np.ndarray, written: bool, caller: Any) -> HBMArray:
-        """A new array in HBM, named once the function has bound it to a variable; ``written``:
-        its content is written to HBM (a fill, or a whole new array)."""
+    def _allocate(self, data: np.ndarray, written: bool) -> HBMArray:
+        """A new array in HBM, named once the function binds it to a variable (:meth:`bind`);
+        ``written``: its content is written to HBM (a fill, or a whole new array)."""
         self._check_running("allocating in HBM")
-        X = HBMArray(self, data, None, home=self._home(caller))
+        X = HBMArray(self, data, None)
         self._unnamed.append((X, written))
         return X
 
-    def _resolve(self, root: HBMArray) -> None:
-        """Name ``root`` after the variable of its function's frame that holds it."""
-        frame = root.home
-        if frame is None:
+    def _bound(self, names: dict[str, Any]) -> None:
+        """Name the arrays just allocated that the statement bound, and log the writes of
+        those that were written (their names are known only now)."""
+        if not self._unnamed:
             return
-        for name, value in frame.f_locals.items():
-            if value is root:
-                root._name, root.home = name, None
-                return
-        raise TypeError(f"an array allocated in HBM is named after the variable that holds "
-                        f"it: bind it to one in {frame.f_code.co_name}, line "
-                        f"{frame.f_lineno} (X = np.empty_like(...), then use X)")
-
-    def _name_allocations(self) -> None:
-        """Name the arrays allocated since the last event, and log the writes of those that
-        were written (their names are known only now: the statement that bound them ended)."""
-        pending, self._unnamed = self._unnamed, []
-        for X, written in pending:
-            self._resolve(X)
+        for name, value in names.items():
+            for x in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(x, HBMArray) and x.root is x and x._name is None:
+                    x._name = name
+        named = [(X, w) for X, w in self._unnamed if X._name is not None]
+        self._unnamed = [(X, w) for X, w in self._unnamed if X._name is None]
+        for X, written in named:
             if written:
                 self._traffic("write", X.name, None, len(X.data) if X.ndim else 1, X.size)
+
+    def _name_allocations(self) -> None:
+        """Before any other event: every array allocated so far must have its name."""
+        if self._unnamed:
+            raise UncountableError(
+                "an array allocated in HBM is named after the variable that holds it: bind it "
+                "to one (X = np.empty_like(...)), then use X")
 
     # --- loops, tiles and SRAM -----------------------------------------------------------------
 
@@ -503,14 +439,31 @@ class CountingMemory(LoopTracker):
     def _finish(self) -> None:
         self._name_allocations()
 
-    def _enter(self, loop: _Loop, outermost: bool) -> None:
+    def _enter(self, loop: Loop, outermost: bool) -> None:
         self._name_allocations()
 
-    def _begin_iteration(self, loop: _Loop) -> None:
+    def _begin_iteration(self, loop: Loop) -> None:
         self._name_allocations()
-        loop.stale = [x for _, x in self._block_arrays(loop.frame)]
 
-    def _end_iteration(self, loop: _Loop) -> None:
+    def _keeps(self, loop: Loop, kept: dict[str, Any]) -> None:
+        """The numpy arrays ``loop`` keeps from before its iteration are on chip for the
+        iteration of the loop around it, until that iteration ends."""
+        arrays = {name: _on_chip(x) for name, x in kept.items() if _on_chip(x)}
+        if not arrays:
+            return
+        owner = self._loops[-2] if len(self._loops) > 1 else None
+        if owner is None:
+            site = loop.site
+            raise UncountableError(
+                f"{site.function}, line {site.line}: {', '.join(arrays)} "
+                f"{'is a numpy array' if len(arrays) == 1 else 'are numpy arrays'} made before "
+                "the outermost loop and used in it: on chip for the whole run, which the SRAM "
+                "model has no place for.  Place an input in HBM (mem.inputs), allocate an "
+                "output in HBM like one (np.empty_like(Q, shape=...)), or make the array inside "
+                "the loop, for one block")
+        owner.arrays.update(arrays)
+
+    def _end_iteration(self, loop: Loop) -> None:
         self._name_allocations()
         if not loop.tiled:
             self._compute_tile(loop)
@@ -522,13 +475,24 @@ class CountingMemory(LoopTracker):
         if self._loops and not self._loops[-1].tiled:
             self._compute_tile(self._loops[-1])
 
-    def _compute_tile(self, loop: _Loop) -> None:
+    def _compute_tile(self, loop: Loop) -> None:
         """If ``loop``'s iteration computes a tile (no loop ran inside it, it loaded a block,
         and it runs inside a loop of the other side), log the tile with what SRAM holds."""
+        if loop.nested or loop.side is None or not any(
+                v.value is not None for v in loop.blocks):
+            return
         outer = next((lp for lp in reversed(self._loops) if lp.side not in (None, loop.side)),
                      None)
-        if loop.nested or outer is None or loop.side is None or not any(
-                v.value is not None for v in loop.blocks):
+        if outer is None:
+            same = next((lp for lp in self._loops if lp is not loop and lp.side == loop.side),
+                        None)
+            if same is not None:
+                side = "key" if loop.side == "kv" else "query"
+                raise UncountableError(
+                    f"{loop.site.function}, line {loop.site.line}: this loop and the loop at "
+                    f"line {same.site.line} both run over {side} blocks, so no tile (a query "
+                    "block and a key block) is computed: name the arrays whose rows are keys, "
+                    f"CountingMemory(key_side=...) (now {sorted(self.key_side)})")
             return
         loop.tiled = True
         q, kv = (loop, outer) if loop.side == "q" else (outer, loop)
@@ -538,38 +502,14 @@ class CountingMemory(LoopTracker):
         self._append(Event("tile", "S", q.index, kv.index, q.rows, q.rows * kv.rows, sram,
                            held))
 
-    def _block_arrays(self, frame: Any) -> list[tuple[str, np.ndarray]]:
-        """The variables of ``frame`` that hold one block's array on chip: named ``X_i`` or
-        ``X_j``, numpy arrays (loads are HBMArrays)."""
-        if frame is None:
-            return []
-        return [(name, x) for name, x in frame.f_locals.items()
-                if name[-2:] in _BLOCK_SUFFIX and isinstance(x, np.ndarray)]
-
-    def _on_chip(self) -> list[tuple[_Loop, list[tuple[str, np.ndarray]]]]:
-        """Per running loop, the block arrays it holds: those of its frame whose suffix is its
-        side, when it is the innermost loop of that side in that frame, made since its
-        iteration began."""
-        out = []
-        for k, loop in enumerate(self._loops):
-            if loop.side is None or any(lp.frame is loop.frame and lp.side == loop.side
-                                        for lp in self._loops[k + 1:]):
-                out.append((loop, []))
-                continue
-            mine = [(name, x) for name, x in self._block_arrays(loop.frame)
-                    if _BLOCK_SUFFIX[name[-2:]] == loop.side
-                    and not any(x is s for s in loop.stale)]
-            out.append((loop, mine))
-        return out
-
     def resident(self) -> list[tuple[str, int | None, int]]:
         """What SRAM holds now: ``(name, block index, elements)``, loop by loop (outermost
-        first): its loaded blocks, then its block arrays (by variable name); the score
-        tile(s) last (name "S", block None)."""
+        first): its loaded blocks, then the arrays kept on chip for its iteration (by variable
+        name); the score tile(s) last (name "S", block None)."""
         out = []
-        for loop, arrays in self._on_chip():
+        for loop in self._loops:
             out += [(v.name, v.block, v.size) for v in loop.blocks if v.value is not None]
-            out += [(name, loop.index, x.size) for name, x in arrays]
+            out += [(name, loop.index, size) for name, size in loop.arrays.items()]
         if self._tile:
             out.append(("S", None, self.score_tiles * self._tile[0] * self._tile[1]))
         return out
@@ -591,7 +531,7 @@ class CountingMemory(LoopTracker):
         return sram
 
     def _traffic(self, op: str, name: str, i: int | None, rows: int, elements: int) -> None:
-        (self.reads if op == "read" else self.writes)[name] += elements
+        (self._reads if op == "read" else self._writes)[name] += elements
         self._append(Event(op, name, i, None, rows, elements, self.sram_elements()))
 
     def _append(self, event: Event) -> None:
@@ -601,18 +541,3 @@ class CountingMemory(LoopTracker):
         if not self._running:
             raise TypeError(f"{what}: an HBM array is read and written inside "
                             f"CountingMemory.run(fn, ...), which observes the loops")
-
-    # --- totals ---------------------------------------------------------------------------------
-
-    @property
-    def total_reads(self) -> int:
-        return sum(self.reads.values())
-
-    @property
-    def total_writes(self) -> int:
-        return sum(self.writes.values())
-
-    @property
-    def total(self) -> int:
-        """Elements read plus elements written."""
-        return self.total_reads + self.total_writes

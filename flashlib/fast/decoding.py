@@ -70,17 +70,15 @@ def decode_attention(
     """Attention of the query rows q (a few: the new tokens) over a KV cache cut into
     ``n_splits`` shares of keys, each attended on its own, then merged (Flash-Decoding).
 
-    q: (..., n_q, d), k: (..., n_k, d), v: (..., n_k, d_v) -> o: (..., n_q, d_v), q's dtype:
-    what :func:`flashlib.flash_attention` returns with the same arguments, up to rounding.
+    What :func:`flashlib.flash_attention` returns with the same arguments, up to rounding.
     n_splits: a positive integer, the number of shares (:func:`split_ranges`: fewer when the
     cache has fewer keys).  block_q, block_k: the tiles of each share's forward (B_r, B_c).
-    causal, mask, window, key_lengths, scale, grouped-query heads (k, v with h_kv heads where
-    q has a multiple) and return_lse as in :func:`flashlib.flash_attention`: for a cache
-    padded to n_k keys, ``key_lengths`` (one per batch element, like flash-attn's
-    ``cache_seqlens``) hides the padding and puts a bottom-right diagonal (``causal=
-    "bottom_right"``, a window) on each sequence's last real key.  An empty cache, or rows
-    that see no key, give 0 (lse ``-inf``).  The partial outputs stay in the compute dtype
-    (float32 for float16 inputs) until the merge, which rounds once.
+    Shapes, grouped-query heads and the other options: those of :mod:`flashlib.fast`, said
+    once there; for a cache padded to n_k keys, ``key_lengths`` (one per batch element, like
+    flash-attn's ``cache_seqlens``) hides the padding and puts a bottom-right diagonal
+    (``causal="bottom_right"``, a window) on each sequence's last real key.  An empty cache,
+    or rows that see no key, give 0 (lse ``-inf``).  The partial outputs stay in the compute
+    dtype (float32 for float16 inputs) until the merge, which rounds once.
     """
     return_lse = check_flag(return_lse, "return_lse")
     p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale,

@@ -37,14 +37,9 @@ def flash_attention_v1(
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Exact attention, Algorithm 1 order: outer loop over K/V blocks, inner over Q blocks.
 
-    q: (..., n_q, d), k: (..., n_k, d), v: (..., n_k, d_v) -> o: (..., n_q, d_v), q's dtype.
-    block_q, block_k: B_r and B_c (default BLOCK_Q x BLOCK_K, as every tiled function),
-    honoured as given; a tile is min(block, n) on each side.
-    causal, mask, window, key_lengths, scale and grouped-query heads (k, v with h_kv heads
-    where q has a multiple) as in :func:`flashlib.flash_attention` (float32 for float16
-    inputs); tiles that the masks hide entirely are skipped.  return_lse: also return
-    lse = m + log(l): (..., n_q), natural log, at least float32, ``-inf`` for rows that see no
-    key (whose output is 0).
+    Shapes, grouped-query heads, block_q and block_k (B_r, B_c), causal, mask, window,
+    key_lengths, scale and return_lse: the options of :mod:`flashlib.fast`, said once there
+    (float32 for float16 inputs; tiles that the masks hide entirely are skipped).
     Extra memory beyond inputs and output: O(n d) (the scaled Q, O, l and m in the compute
     dtype; K and V repeated per query head for grouped-query inputs) plus a few B_r x B_c
     tiles per head (S, P and their temporaries), never (n_q, n_k).

@@ -71,20 +71,12 @@ def naive_attention(
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """``softmax(scale * q @ k^T, masked) @ v``, materialising the (n_q, n_k) scores.
 
-    q: (..., n_q, d), k: (..., n_k, d), v: (..., n_k, d_v) -> o: (..., n_q, d_v), q's dtype.
-    Grouped-query attention: k, v may have h_kv heads (axis -3) where q has h_q, a multiple;
-    query head h uses K/V head h // (h_q // h_kv) (PyTorch SDPA's ``enable_gqa=True``).
-    causal: False, True / "top_left" (row i sees j <= i), "bottom_right" (j <= i + L - n_q).
-    mask: boolean, broadcastable to (..., n_q, n_k); True = may attend.
-    window, key_lengths: as in :func:`flashlib.flash_attention` (one diagonal per call: the
-    window sits on the causal one; L = key_lengths[b], one per batch element, or n_k).
-    All masks combine (AND).
-    scale: defaults to 1/sqrt(d); computed in float32 for float16 inputs (and the scores, the
-    softmax and P @ V too: the output is rounded to float16 once, at the end), else in the
-    input dtype.  With ``return_lse`` also returns lse: (..., n_q), at least float32, ``-inf``
-    for rows that see no key.
-    A problem whose score matrix would not fit in the available memory raises MemoryError
-    before allocating it; one whose scores overflow the compute dtype raises ValueError.
+    Shapes, grouped-query heads, causal, mask, window, key_lengths, scale and return_lse:
+    the options of :mod:`flashlib.fast`, said once there.  For float16 inputs the scores,
+    the softmax and P @ V are computed in float32 and the output is rounded to float16 once,
+    at the end.  A problem whose score matrix would not fit in the available memory raises
+    MemoryError before allocating it; one whose scores overflow the compute dtype raises
+    ValueError.
     """
     return_lse = check_flag(return_lse, "return_lse")
     p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale, score_matrices=1,
@@ -112,8 +104,9 @@ def naive_attention_backward(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients (dq, dk, dv) of ``sum(do * naive_attention(q, k, v))``, storing P.
 
-    do: (..., n_q, d_v).  With ``dP = dO V^T`` and ``D = rowsum(dO * O) = rowsum(dP * P)``:
-    ``dV = P^T dO``, ``dS = P * (dP - D)``, ``dQ = scale dS K``, ``dK = scale dS^T Q``.
+    do: (..., n_q, d_v); the other options as the forward call's (:mod:`flashlib.fast`).
+    With ``dP = dO V^T`` and ``D = rowsum(dO * O) = rowsum(dP * P)``: ``dV = P^T dO``,
+    ``dS = P * (dP - D)``, ``dQ = scale dS K``, ``dK = scale dS^T Q``.
     Computed like :func:`naive_attention` (float32 for float16 inputs); returns q's dtype.
     Holds two (n_q, n_k) matrices per head, P and dP (overwritten by dS).  Grouped-query
     attention as in :func:`naive_attention`: dk, dv have k's shape, summed over each group.

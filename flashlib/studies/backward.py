@@ -47,11 +47,13 @@ from flashlib.algorithms import (
 )
 from flashlib.core.checks import check_float_dtype, check_int
 from flashlib.core.constants import LN2, LOG2E, compute_dtype
-from flashlib.core.hbm import CountingMemory, LoopTracker
+from flashlib.core.hbm import CountingMemory
+from flashlib.core.loops import LoopTracker
 from flashlib.fast.backward import flash_attention_backward
 from flashlib.fast.forward import flash_attention
 from flashlib.fast.naive import naive_attention, naive_attention_backward
 from flashlib.studies.io_model import Traffic, traffic
+from flashlib.studies.tiling import KEY_SIDE
 
 __all__ = [
     "delta_from_P",
@@ -619,10 +621,11 @@ def backward_traffic_table(n_q: int = 256, n_k: int = 256, d: int = 64, *, B_r: 
              traffic("two_pass_backward", n_q, n_k, d, d_v=d_v, B_r=B_r, B_c=B_c)))
     rows = []
     for name, fn, extra, formula in runs:
-        mem = CountingMemory(score_tiles=2)
+        mem = CountingMemory(key_side=KEY_SIDE, score_tiles=2)
         mem.run(fn, *mem.inputs(Q=q, K=k, V=v, **extra), B_r, B_c)
-        dq = mem.reads["dQ"] + mem.writes["dQ"]
-        rows.append({"schedule": name, "reads": mem.total_reads, "writes": mem.total_writes,
-                     "total": mem.total, "formula_total": formula.total, "dq": dq,
-                     "dq_extra": dq - n_q * d})
+        counted = mem.traffic
+        dq = counted.reads.get("dQ", 0) + counted.writes.get("dQ", 0)
+        rows.append({"schedule": name, "reads": counted.total_reads,
+                     "writes": counted.total_writes, "total": counted.total,
+                     "formula_total": formula.total, "dq": dq, "dq_extra": dq - n_q * d})
     return rows

@@ -1,12 +1,11 @@
 """The introduction's measurements: the (n, n) score matrix of naive attention, how much
-memory naive and flash attention really allocate, and what their traffic and FLOPs cost on a
-GPU.
+memory naive attention really allocates, and what attention's traffic and FLOPs cost on a GPU.
 
 numpy reports its array allocations to :mod:`tracemalloc`, so the peak traced memory while a
 function runs (:func:`flashlib.core.measure.measure_peak`) is the memory its arrays needed.
 The chapters use this to watch naive attention's (n, n) score matrix grow 4x per doubling of
-``n`` (``S``, overwritten in place by the probabilities ``P``) and flash attention's workspace
-grow only linearly.
+``n`` (``S``, overwritten in place by the probabilities ``P``).  (The library's own linear
+workspace is measured by its tests, tests/fast/test_memory.py.)
 
 :func:`attention_times` is the introduction's model of why FlashAttention is faster: the
 seconds a forward pass spends on its HBM traffic (the IO model's exact counts,
@@ -20,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.core.checks import check_block, check_float_dtype, check_int
+from flashlib.core.checks import check_float_dtype, check_int
 from flashlib.core.measure import measure_peak
 from flashlib.studies.io_model import GPU, attention_flops, traffic
 
@@ -30,7 +29,6 @@ __all__ = [
     "score_matrix_bytes",
     "random_qkv",
     "naive_attention_memory",
-    "flash_attention_memory",
 ]
 
 
@@ -64,23 +62,6 @@ def naive_attention_memory(n: int, d: int = 64, dtype: Any = np.float32, *,
 
     q, k, v = random_qkv(n, d, dtype, seed=seed)
     out, peak = measure_peak(naive_attention, q, k, v)
-    return max(peak - out.nbytes, 0)
-
-
-def flash_attention_memory(n: int, d: int = 64, dtype: Any = np.float32, block: int = 64, *,
-                           seed: int = 0) -> int:
-    """Peak bytes :func:`flashlib.flash_attention` allocates beyond its inputs and output.
-
-    q, k, v are (n, d) in ``dtype`` and ``block_q = block_k = block``; the output (n, d) is
-    subtracted, so what remains is the O(n) workspace
-    (:func:`flashlib.fast.forward.workspace_bytes`) plus the tiles, whose size depends on the block
-    size only.
-    """
-    from flashlib.fast.forward import flash_attention  # lazy, as above
-
-    block = check_block(block, "block")
-    q, k, v = random_qkv(n, d, dtype, seed=seed)
-    out, peak = measure_peak(flash_attention, q, k, v, block_q=block, block_k=block)
     return max(peak - out.nbytes, 0)
 
 

@@ -28,6 +28,7 @@ import math
 from typing import Any, NamedTuple
 
 from flashlib.core.checks import check_int
+from flashlib.core.hbm import Traffic
 from flashlib.core.masks import causal_offset, key_stop
 
 __all__ = [
@@ -64,26 +65,6 @@ TILED = ("v1", "v2", "backward", "two_pass_backward")
 
 #: The two backward schedules (:mod:`flashlib.fast.backward`).
 BACKWARD_ORDERS = ("backward", "two_pass_backward")
-
-
-class Traffic(NamedTuple):
-    """Elements read from and written to HBM, per array (the teaching functions' names)."""
-
-    reads: dict[str, int]
-    writes: dict[str, int]
-
-    @property
-    def total_reads(self) -> int:
-        return sum(self.reads.values())
-
-    @property
-    def total_writes(self) -> int:
-        return sum(self.writes.values())
-
-    @property
-    def total(self) -> int:
-        """Elements read plus elements written."""
-        return self.total_reads + self.total_writes
 
 
 def _ceil_div(a: int, b: int) -> int:

@@ -1,6 +1,6 @@
 """The tiling chapter's experiments: the teaching functions run by a counting memory, and
-their event log is what the tiling chapter counts, animates (:mod:`flashlib.book.widget_data`)
-and tests.
+their event log is what the tiling chapter counts, animates
+(:mod:`flashlib.book.chapters.tiling`) and tests.
 
 :func:`run_counted`      a teaching function run on a :class:`flashlib.core.hbm.CountingMemory`:
                          its output and the memory (counts per array, the log, the SRAM peak)
@@ -35,7 +35,6 @@ from flashlib.algorithms import (
     two_pass_backward,
 )
 from flashlib.core.checks import check_int
-from flashlib.core.hbm import KEY_SIDE as KEY_SIDE_NAMES
 from flashlib.core.hbm import CountingMemory, Event, HBMArray
 from flashlib.studies.io_model import block_sizes
 
@@ -68,6 +67,12 @@ BACKWARD = ("backward", "two_pass_backward")
 COUNTED_ORDERS = ("standard", "v1", "v2", *BACKWARD)
 
 
+#: The teaching functions' arrays whose rows are keys: a loop over their blocks runs over key
+#: blocks (j), any other over query blocks (i).  The counting memory is told so
+#: (``CountingMemory(key_side=KEY_SIDE)``); it hard-codes no name.
+KEY_SIDE = frozenset({"K", "V", "dK", "dV"})
+
+
 #: The arrays in the order the widget lists them.
 ARRAY_ORDER = ("Q", "K", "V", "O", "l", "m", "L", "dO", "dQ", "D", "dK", "dV", "S", "P")
 
@@ -98,7 +103,7 @@ def run_counted(order: str, Q: np.ndarray, K: np.ndarray, V: np.ndarray,
     Q: (N_q, d), K: (N_k, d), V: (N_k, d_v), dO: (N_q, d_v).
     """
     order = check_order_name(order, COUNTED_ORDERS)
-    mem = CountingMemory(M, score_tiles=2 if order in BACKWARD else 1)
+    mem = CountingMemory(M, key_side=KEY_SIDE, score_tiles=2 if order in BACKWARD else 1)
     return _run_counted(order, Q, K, V, B_r, B_c, mem, dO)
 
 
@@ -177,11 +182,11 @@ def count_io(N: int, d: int, M: int | None, order: str, *, rule: str = "fit",
     order = check_order_name(order, COUNTED_ORDERS)
     Q, K, V = random_problem(N, N, d, seed, np.float32)
     if order == "standard":
-        return run_counted("standard", Q, K, V).mem.total
+        return run_counted("standard", Q, K, V).mem.traffic.total
     B_r, B_c = block_sizes(M, d, order, rule=rule)
     capacity = M if rule == "fit" else None
     dO = np.random.default_rng(seed + 1).standard_normal((N, d)).astype(np.float32)
-    return run_counted(order, Q, K, V, B_r, B_c, M=capacity, dO=dO).mem.total
+    return run_counted(order, Q, K, V, B_r, B_c, M=capacity, dO=dO).mem.traffic.total
 
 
 class _RoundsMemory(CountingMemory):
@@ -194,7 +199,7 @@ class _RoundsMemory(CountingMemory):
     before the launch."""
 
     def __init__(self, concurrent: bool) -> None:
-        super().__init__()
+        super().__init__(key_side=KEY_SIDE)
         self.concurrent = concurrent
         self.shared: list[HBMArray] = []  # the allocations, in the order a run makes them
         self.outer_block = 0
@@ -207,11 +212,11 @@ class _RoundsMemory(CountingMemory):
         super()._start()
         self._allocations = 0
 
-    def _allocate(self, data: np.ndarray, written: bool, caller: Any) -> HBMArray:
+    def _allocate(self, data: np.ndarray, written: bool) -> HBMArray:
         k, self._allocations = self._allocations, self._allocations + 1
         if k < len(self.shared):  # allocated by an earlier run: the same array
             return self.shared[k]
-        self.shared.append(super()._allocate(data, written, caller))
+        self.shared.append(super()._allocate(data, written))
         return self.shared[-1]
 
     def _order(self, r: range, outermost: bool) -> Iterable[int]:
@@ -325,7 +330,7 @@ class _ProgramMemory(CountingMemory):
     None) outside any loop."""
 
     def __init__(self) -> None:
-        super().__init__(score_tiles=2)
+        super().__init__(key_side=KEY_SIDE, score_tiles=2)
         self.stage = -1
         self.tags: list[tuple[int, str | None, int | None]] = []
 
@@ -394,7 +399,7 @@ def program_accesses(order: str, n_q: int, n_k: int, B_r: int, B_c: int) -> dict
         if p.stage < 0:
             continue
         for name, runs in p.writes.items():
-            count = writers.setdefault(name, [0] * (T_c if name in KEY_SIDE_NAMES else T_r))
+            count = writers.setdefault(name, [0] * (T_c if name in KEY_SIDE else T_r))
             for start, stop in runs:
                 for b in range(start, stop):
                     count[b] += 1
@@ -420,7 +425,7 @@ def _extent(members: list[Program], op: str, T_r: int, T_c: int) -> dict[str, st
     out: dict[str, str] = {}
     names = sorted({a for p in members for a in getattr(p, op)}, key=_array_rank)
     for name in names:
-        T = T_c if name in KEY_SIDE_NAMES else T_r
+        T = T_c if name in KEY_SIDE else T_r
         runs = [getattr(p, op).get(name) for p in members]
         if all(r == [[-1, 0]] for r in runs):
             out[name] = "init"

@@ -27,6 +27,7 @@ from flashlib.algorithms import (
 )
 from flashlib.core.hbm import CountingMemory
 from flashlib.core.masks import causal_top_left
+from flashlib.studies.tiling import KEY_SIDE
 from tests.helpers import max_err, torch, torch_grads
 
 # (n_q, n_k, d, d_v, B_r, B_c)
@@ -141,11 +142,11 @@ def test_dropout_adds_no_hbm_traffic(case):
                             (flash2_dropout_forward, {}, (0.3, 5)),
                             (flash2_backward, {"O": O, "L": L, "dO": dO}, ()),
                             (flash2_dropout_backward, {"O": O, "L": L, "dO": dO}, (0.3, 5))):
-        mem = CountingMemory(score_tiles=2)
+        mem = CountingMemory(key_side=KEY_SIDE, score_tiles=2)
         arrays = mem.inputs(Q=Q, K=K, V=V, **extra)
         if args:  # p_drop and seed come before the blocks
             mem.run(fn, *arrays, *args, *shape[4:])
         else:
             mem.run(fn, *arrays, *shape[4:])
-        counts.append((dict(mem.reads), dict(mem.writes)))
+        counts.append((mem.traffic.reads, mem.traffic.writes))
     assert counts[0] == counts[1] and counts[2] == counts[3]

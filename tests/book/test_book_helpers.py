@@ -79,7 +79,7 @@ def test_html_table_escapes_keeps_cells_and_checks_row_length():
 
 
 def test_backward_diagram_draws_the_five_matmuls_and_the_footprint():
-    from flashlib.book.diagrams import BACKWARD_MATMULS, backward_diagram
+    from flashlib.book.chapters.backward import BACKWARD_MATMULS, backward_diagram
     from flashlib.studies.io_model import sram_footprint
 
     assert len(BACKWARD_MATMULS) == 5  # one tile's products: S, dV, dP, dQ, dK
@@ -93,7 +93,7 @@ def test_backward_diagram_draws_the_five_matmuls_and_the_footprint():
 
 
 def test_hierarchy_diagram_states_the_cited_a100_figures():
-    from flashlib.book.diagrams import hierarchy_diagram
+    from flashlib.book.chapters.io_model import hierarchy_diagram
     from flashlib.studies import io_model as io
 
     gpu = io.GPUS["A100 (1.5 TB/s)"]
@@ -121,7 +121,9 @@ def test_source_diff_shows_only_changed_lines_without_docstrings():
 
 
 def test_chapter_diagrams_render_with_alt_and_caption():
-    from flashlib.book.diagrams import ladder_diagram, merge_diagram, softmax_passes_diagram
+    from flashlib.book.chapters.ladder import ladder_diagram
+    from flashlib.book.chapters.online_softmax import merge_diagram
+    from flashlib.book.chapters.overflow import softmax_passes_diagram
 
     for dg in (softmax_passes_diagram(4096, 4), merge_diagram(256, 64), merge_diagram(100, 64),
                ladder_diagram(64, 128, 64, 64)):

@@ -1,4 +1,5 @@
-"""flashlib.book.diagrams: the chapters' inline SVG diagrams say what flashlib computed."""
+"""The chapters' inline SVG diagrams (flashlib.book.chapters, drawn with flashlib.book.svg) say
+what flashlib computed."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import pytest
 
 pytest.importorskip("ml_dtypes")
 
-from flashlib.book.diagrams import WIDTH, memory_diagram, precision_diagram  # noqa: E402
+from flashlib.book.chapters.intro import memory_diagram  # noqa: E402
+from flashlib.book.chapters.precision import precision_diagram  # noqa: E402
+from flashlib.book.svg import WIDTH  # noqa: E402
 from flashlib.studies.precision import Casts  # noqa: E402
 
 
@@ -52,7 +55,7 @@ def test_memory_diagram_tile_label_clears_its_size():
 
 
 def test_fa3_schedule_diagram_says_what_the_model_computed():
-    from flashlib.book.diagrams import fa3_schedule_diagram
+    from flashlib.book.chapters.beyond import fa3_schedule_diagram
 
     dg = fa3_schedule_diagram(0.5)
     svg = dg.svg()

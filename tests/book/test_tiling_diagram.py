@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from flashlib.book.diagrams import _tile_step, tiling_diagram
+from flashlib.book.chapters.tiling import _tile_step, tiling_diagram
 from tools.paths import ROOT
 
 

@@ -316,7 +316,7 @@ def test_alt_function_must_return_text(static):
 
 
 def test_svg_figure_inlines_its_renderer_and_data():
-    from flashlib.book.widget_data import tiling_widget_data
+    from flashlib.book.chapters.tiling import tiling_widget_data
 
     data = tiling_widget_data([20], [8], orders=["v2"])
     steps = len(data["configs"]["20-8-8-v2"]["steps"])

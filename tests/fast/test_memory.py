@@ -19,8 +19,10 @@ from flashlib import (
     naive_attention_backward,
 )
 from flashlib.core.constants import BLOCK_K, BLOCK_Q
+from flashlib.core.measure import measure_peak
 from flashlib.fast.forward import workspace_bytes
 from flashlib.fast.tiles import TILE_BYTES
+from flashlib.studies.intro import naive_attention_memory, random_qkv
 
 FLASHLIB_DIR = os.path.dirname(os.path.abspath(flashlib.__file__))
 
@@ -235,3 +237,49 @@ def test_extra_memory_is_linear_in_n_per_head(causal):
     assert (large <= 4.4 * small).all(), large / small  # linear in n, not quadratic
     assert (more_heads <= 4.4 * small).all(), more_heads / small  # linear in the heads
     assert (large < 0.25 * 4096 * 4096 * 4).all(), large / (4096 * 4096 * 4)
+
+
+def flash_attention_memory(n, d=64, dtype=np.float32, block=64):
+    """Peak bytes flash_attention allocates beyond its inputs and output (q, k, v: (n, d))."""
+    q, k, v = random_qkv(n, d, dtype)
+    out, peak = measure_peak(flash_attention, q, k, v, block_q=block, block_k=block)
+    return max(peak - out.nbytes, 0)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("block", [32, 64])
+def test_flash_workspace_is_measured_linear_memory(dtype, block):
+    # tracemalloc: flash_attention's memory beyond inputs and output is workspace_bytes (the part
+    # that grows with n) plus a constant that depends on the block size only (the tiles).
+    sizes = (512, 1024, 2048)
+    measured = [flash_attention_memory(n, 32, dtype, block) for n in sizes]
+    predicted = [workspace_bytes(n, n, 32, dtype) for n in sizes]
+    tiles = [m - p for m, p in zip(measured, predicted, strict=True)]
+    assert all(t >= 0 for t in tiles), tiles
+    assert max(tiles) - min(tiles) <= 0.02 * predicted[-1], tiles
+
+
+def test_workspace_bytes_counts_k_aug_lse_and_the_float16_v_copy():
+    # float32: k_aug (d + 1) x n_k and lse n_q, 4 bytes each
+    assert workspace_bytes(10, 20, 8, np.float32) == ((8 + 1) * 20 + 10) * 4
+    assert workspace_bytes(10, 20, 8, "float64", batch=3) == 3 * ((8 + 1) * 20 + 10) * 8
+    # float16 inputs: float32 statistics, and V is copied to float32
+    assert workspace_bytes(10, 20, 8, np.float16, d_v=5) == ((8 + 1) * 20 + 10 + 20 * 5) * 4
+    with pytest.raises(TypeError, match="dtype must be"):
+        workspace_bytes(4, 4, 4, np.int8)
+    with pytest.raises(ValueError, match="n_k"):
+        workspace_bytes(4, -1, 4, np.float32)
+    with pytest.raises(ValueError, match="d_v"):  # regression: it returned 32
+        workspace_bytes(1, 1, 1, np.float32, d_v=-5)
+    with pytest.raises(TypeError, match="d_v"):
+        workspace_bytes(1, 1, 1, np.float16, d_v=2.0)
+    with pytest.raises(TypeError, match="batch"):
+        workspace_bytes(1, 1, 1, np.float32, batch=True)
+
+
+def test_flash_attention_memory_grows_linearly():
+    """What grows with n grows linearly: the increment from 2n to 4n is twice the one from n to
+    2n (the tiles of a group, up to TILE_BYTES whatever n, are a constant beside it)."""
+    a, b, c = (flash_attention_memory(n, 16) for n in (1024, 2048, 4096))
+    assert 1.5 <= (c - b) / (b - a) <= 2.5
+    assert flash_attention_memory(2048, 16) < naive_attention_memory(2048, 16) / 10

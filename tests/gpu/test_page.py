@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from flashlib.book.diagrams import launch_grid_diagram
+from flashlib.book.chapters.gpu import launch_grid_diagram
 from flashlib.book.exercises.gpu import triton_stand_ins
 from tools.paths import ROOT
 

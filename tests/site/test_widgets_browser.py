@@ -29,7 +29,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from flashlib.book import plots, widgets  # noqa: E402
-from flashlib.book.widget_data import tiling_widget_data  # noqa: E402
+from flashlib.book.chapters.tiling import tiling_widget_data  # noqa: E402
 from flashlib.core.masks import (  # noqa: E402
     classify_tiles,
     dense_mask,

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from flashlib.algorithms import flash1_backward
 from flashlib.core.hbm import CountingMemory
 from flashlib.studies.backward import backward_traffic_table, flash1_backward_traffic
+from flashlib.studies.tiling import KEY_SIDE
 
 
 @settings(max_examples=30, deadline=None)
@@ -27,11 +28,11 @@ def test_flash1_backward_traffic_formula_equals_the_counts(n_q, n_k, d, d_v, B_r
     m = s.max(axis=1)
     l = np.exp(s - m[:, None]).sum(axis=1)  # noqa: E741
     o = (np.exp(s - m[:, None]) / l[:, None]) @ v
-    mem = CountingMemory(score_tiles=2)
+    mem = CountingMemory(key_side=KEY_SIDE, score_tiles=2)
     mem.run(flash1_backward, *mem.inputs(Q=q, K=k, V=v, O=o, l=l, m=m, dO=do), B_r, B_c)
     formula = flash1_backward_traffic(n_q, n_k, d, B_r=B_r, B_c=B_c, d_v=d_v)
-    assert dict(mem.reads) == formula.reads
-    assert dict(mem.writes) == formula.writes
+    assert mem.traffic.reads == formula.reads
+    assert mem.traffic.writes == formula.writes
 
 
 @pytest.mark.parametrize(("n_q", "n_k", "d", "d_v", "B_r", "B_c"), [

@@ -15,6 +15,7 @@ from flashlib.algorithms import split_kv_decode, standard_attention
 from flashlib.core.hbm import CountingMemory, SRAMCapacityError
 from flashlib.core.masks import causal_mask, causal_tiles
 from flashlib.studies import io_model as io
+from flashlib.studies.tiling import KEY_SIDE as KEYS
 from flashlib.studies.tiling import count_io, run_counted, schedule_counts
 
 # (n_q, n_k, d, d_v, B_r, B_c)
@@ -39,9 +40,9 @@ def test_counted_equals_the_closed_form_per_array(order, shape):
     q, k, v, do = _problem(n_q, n_k, d, d_v)
     run = run_counted(order, q, k, v, B_r, B_c, dO=do)
     model = io.traffic(order, n_q, n_k, d, d_v=d_v, B_r=B_r, B_c=B_c)
-    assert _nonzero(run.mem.reads) == model.reads
-    assert _nonzero(run.mem.writes) == model.writes
-    assert run.mem.total == model.total == model.total_reads + model.total_writes
+    assert _nonzero(run.mem.traffic.reads) == model.reads
+    assert _nonzero(run.mem.traffic.writes) == model.writes
+    assert run.mem.traffic.total == model.total == model.total_reads + model.total_writes
     if order in ("standard", "v1", "v2"):  # and the output is standard attention's
         o = run.output[0] if order == "v2" else run.output
         assert np.max(np.abs(o - standard_attention(q, k, v))) <= 1e-12
@@ -80,7 +81,7 @@ def test_theorem2_counting_memory_of_size_M_matches_the_model(N, d, M, order):
     q, k, v, do = _problem(N, N, d, d, seed=M)
     run = run_counted(order, q, k, v, B_r, B_c, M=M, dO=do)  # raises if a step exceeds M
     model = io.traffic(order, N, N, d, B_r=B_r, B_c=B_c)
-    assert run.mem.total == model.total == io.io_count(N, d, M, order, rule="fit")
+    assert run.mem.traffic.total == model.total == io.io_count(N, d, M, order, rule="fit")
     assert run.mem.peak_sram <= M
     if order in ("v1", "v2"):
         o = run.output[0] if order == "v2" else run.output
@@ -237,11 +238,11 @@ def test_decoding_moves_about_2Nd_whatever_the_tiling():
                           (1, 20, 1, 8)])
 def test_split_kv_counted_equals_the_closed_form(n_q, n_k, splits, B_c):
     q, k, v, _ = _problem(n_q, n_k, 8, 6, seed=n_k)
-    mem = CountingMemory()
+    mem = CountingMemory(key_side=KEYS)
     out = mem.run(split_kv_decode, *mem.inputs(Q=q, K=k, V=v), splits, B_c)
     assert np.max(np.abs(out - standard_attention(q, k, v))) <= 1e-14
     model = io.traffic("split_kv", n_q, n_k, 8, d_v=6, B_c=B_c, n_splits=splits)
-    assert _nonzero(mem.reads) == model.reads and _nonzero(mem.writes) == model.writes
+    assert mem.traffic == model  # one type: the counted traffic and the closed form
 
 
 def test_roofline_from_the_cited_specs():
@@ -302,7 +303,7 @@ def test_the_two_backward_schedules_trade_dQ_traffic_for_K_V_rereads():
 
 
 def test_io_widget_data_counted_runs_equal_the_model():
-    from flashlib.book.widget_data import io_widget_data
+    from flashlib.book.chapters.io_model import io_widget_data
 
     data = io_widget_data([48, 100], [8, 16], [32, 256, 2048], count_N=64, count_tiles=64)
     assert data["floor"]["100-16"] == 4 * 100 * 16
@@ -329,7 +330,7 @@ def test_io_widget_data_counted_runs_equal_the_model():
 
 def test_io_widget_data_passes_add_up_to_the_model():
     """The widget draws the traffic as what moves once plus what moves again per pass."""
-    from flashlib.book.widget_data import io_widget_data
+    from flashlib.book.chapters.io_model import io_widget_data
 
     data = io_widget_data([48, 100], [8, 16], [32, 256, 2048], count_N=0)
     for key, row in data["rows"].items():

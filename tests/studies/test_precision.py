@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import flashlib
-from flashlib.book.widget_data import precision_table
+from flashlib.book.chapters.precision import precision_table
 from flashlib.core.accuracy import assert_error_within, error_stats
 from flashlib.studies.precision import (
     CAST_POINTS,

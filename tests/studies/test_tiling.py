@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from flashlib.algorithms import flash1_forward, flash2_forward, standard_attention
-from flashlib.book.widget_data import tiling_frames, tiling_widget_data
+from flashlib.book.chapters.tiling import tiling_frames, tiling_widget_data
 from flashlib.studies import io_model as io
 from flashlib.studies.tiling import (
     exactness_table,
@@ -151,7 +151,7 @@ def test_float32_error_is_at_most_twice_standard_attentions():
 
 def test_run_counted_orders_and_errors():
     Q, K, V = _problem(10, 12, 4)
-    assert run_counted("standard", Q, K, V).mem.writes["S"] == 120
+    assert run_counted("standard", Q, K, V).mem.traffic.writes["S"] == 120
     with pytest.raises(ValueError, match="needs dO"):
         run_counted("backward", Q, K, V, 4, 4)
     with pytest.raises(ValueError, match="order must be one of"):

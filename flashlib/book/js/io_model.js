@@ -1,5 +1,5 @@
 // Renderer of the IO-model widget (svg_figure kind "io_model"): why the traffic falls with M.
-// data: flashlib.book.widget_data.io_widget_data(...); values: {N, d, M} (M in elements).
+// data: flashlib.book.chapters.io_model.io_widget_data(...); values: {N, d, M} (M in elements).
 // 1. What one step of the FlashAttention-2 order holds in an SRAM of M elements (sram).
 // 2. The N query rows cut into T_r blocks of B_r rows: each block is one pass over K and V.
 // 3. One bar per algorithm (passes): grey, what is moved once; coloured, what is moved again

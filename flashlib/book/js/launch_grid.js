@@ -4,7 +4,7 @@
 // and L) in HBM, with the parts of its blocks past n that the masks keep from being loaded.
 // values: {n, B_r, B_c, causal: "on"/"off", program (from 1)}.
 // data: {d, configs: {"n-B_r-B_c-causal": [key where program p's loop stops, ...]}}, from
-// flashlib.book.widget_data.launch_grid_widget_data (flashlib.gpu.grid.key_block_end).
+// flashlib.book.chapters.gpu.launch_grid_widget_data (flashlib.gpu.grid.key_block_end).
 function draw(data, values, h) {
   var n = values.n, br = values.B_r, bc = values.B_c, causal = values.causal === "on";
   var stops = data.configs[n + "-" + br + "-" + bc + "-" + values.causal];

@@ -1,5 +1,5 @@
 // Renderer of the tiling widget (svg_figure kind "tiling"): one step of a tiled schedule.
-// data: flashlib.schedule.tiling_widget_data(...); values: {n, B_r, B_c, order, step}.
+// data: flashlib.book.chapters.tiling.tiling_widget_data(...); values: {n, B_r, B_c, order, step}.
 // Draws the T_r x T_c grid of score tiles (computed so far, the current one, query blocks
 // whose O is final), what SRAM holds during the step, the step's HBM transfers and the
 // elements read and written so far.

@@ -1,5 +1,5 @@
-"""The data the widgets draw (flashlib.book.widget_data): JSON-able, small, fast, and equal to
-what the numerics compute."""
+"""The data the backward and GPU chapters' widgets draw (flashlib.book.chapters): JSON-able,
+small, fast, and equal to what the numerics compute."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from flashlib.book import widget_data as wd
+from flashlib.book.chapters import backward as wd
+from flashlib.book.chapters.gpu import launch_grid_widget_data
 from flashlib.studies import backward as g
 from flashlib.studies import io_model as io
 
@@ -58,7 +59,7 @@ def test_backward_widget_bad_inputs_name_the_argument():
 def test_launch_grid_widget_data_stops_where_the_kernel_does():
     from flashlib.gpu.grid import cdiv, key_block_end
 
-    data = wd.launch_grid_widget_data([40, 100], [16, 32], [16], d=64)
+    data = launch_grid_widget_data([40, 100], [16, 32], [16], d=64)
     assert data["d"] == 64 and len(data["configs"]) == 2 * 2 * 1 * 2
     json.dumps(data)
     assert data["configs"]["100-32-16-off"] == [100] * cdiv(100, 32)
@@ -66,4 +67,4 @@ def test_launch_grid_widget_data_stops_where_the_kernel_does():
     assert causal == [key_block_end(p, 32, 100, True) for p in range(4)]
     assert causal == [32, 64, 96, 100]  # each block stops after its last row, never past n
     with pytest.raises(ValueError, match="d"):
-        wd.launch_grid_widget_data([40], [16], [16], d=0)
+        launch_grid_widget_data([40], [16], [16], d=0)
