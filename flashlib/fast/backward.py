@@ -107,12 +107,16 @@ def flash_attention_backward(
     return_lse=True)``, recomputing P tile by tile; P is never stored or passed in.
 
     q: (..., n_q, d), k: (..., n_k, d), v: (..., n_k, d_v), o and do: (..., n_q, d_v),
-    lse: (..., n_q).  Options must match the forward call; block sizes need not (default
-    BLOCK_Q x BLOCK_K, honoured as given; a tile is min(block, n) on each side).  Returns
-    arrays of q's dtype.  Threads: as many as the BLAS thread limit (see
-    :func:`flashlib.flash_attention`); split over heads the result does not depend on their
-    number, split over key blocks (fewer heads than threads) it does by rounding only, and
-    only on the caller's BLAS limit, never on what other Python threads are doing.
+    lse: (..., n_q). Options must match the forward call (:mod:`flashlib.fast`'s options);
+    block sizes need not (default BLOCK_Q x BLOCK_K, honoured as given; a tile is min(block, n)
+    on each side). Returns arrays of q's dtype. Scores too large for the float32 tiles to stay
+    within flash-attn's rule (a bound on |S| or |lse| above
+    :data:`flashlib.fast.precise.BACKWARD_FLOAT64_ABOVE`, base 2) are computed in float64 from
+    P recomputed with each row's own maximum (o and lse are then not read). Threads: as many as
+    the BLAS thread limit (see :func:`flashlib.flash_attention`); split over heads the result
+    does not depend on their number, split over key blocks (fewer heads than threads) it does
+    by rounding only, and only on the caller's BLAS limit, never on what other Python threads
+    are doing.
     o, lse: required arrays (None is refused by name).
     Extra memory beyond inputs and outputs: O(n d) ([Q, -lse], [dO, -D] in the compute
     dtype, one dQ per part for a split over key blocks) plus a group's few B_r x B_c tiles per

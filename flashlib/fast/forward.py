@@ -118,38 +118,21 @@ def flash_attention(
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Exact attention in the FlashAttention-2 loop order, never building an (n_q, n_k) array.
 
-    q: (..., n_q, d), k: (..., n_k, d), v: (..., n_k, d_v) -> o: (..., n_q, d_v), q's dtype.
-    Grouped-query / multi-query attention: q (..., h_q, n_q, d) with k, v (..., h_kv, n_k, .)
-    and h_q a multiple of h_kv; query head h attends with K/V head h // (h_q // h_kv), as
-    PyTorch SDPA's ``enable_gqa=True`` does; K and V are not copied per query head.
-    block_q, block_k: the tile sizes B_r and B_c (default BLOCK_Q x BLOCK_K, measured: see
-    flashlib.core.constants), honoured as given; a tile is min(block, n) on each side.
-    causal: False, True / "top_left" (row i sees j <= i), "bottom_right" (j <= i + L - n_q).
-    mask: boolean, broadcastable to (..., n_q, n_k); True = may attend.
-    window: ``(left, right)``, a sliding window as flash-attn's ``window_size`` (None: no
-    bound on that side; a bound of max(n_q, n_k) or more is none): row i sees the keys
-    c - left <= j <= c + right around its diagonal key c, the call's one alignment: c = i for
-    causal True / "top_left", else c = i + L - n_q (bottom-right, flash-attn's).
-    key_lengths: the real keys L of each sequence (default n_k), integers indexing q's leading
-    batch axes: a scalar, (B,) one per batch element (q's axis 0, also when B equals the
-    number of heads), (B, H), (1, H), ...  Keys j >= L are hidden, and a bottom-right
-    diagonal sits on the last real key, so padding changes no output (flash-attn's
-    variable-length lengths, ``cache_seqlens``; :data:`flashlib.core.masks.ALIGNMENT_RULES`).
-    All masks combine (AND); key blocks that the causal mask, the window or the padding hide
-    entirely are skipped.
-    scale: defaults to 1/sqrt(d); kept in the compute dtype (float32 for float16 inputs).
-    return_lse: also return lse = m + log(l): (..., n_q), natural log, at least float32,
-    ``-inf`` for rows that see no key (whose output is 0).
+    Shapes, grouped-query heads (K and V are not copied per query head), block_q, block_k,
+    causal, mask, window, key_lengths, scale and return_lse: the options of
+    :mod:`flashlib.fast`, said once there.  Key blocks that the causal mask, the window or
+    the padding hide entirely are skipped.
     Threads: query blocks run in parallel on as many threads as the BLAS thread limit, when
     the problem and each thread's tiles are large enough for threads to pay (see
     flashlib.core.threads; ``threadpoolctl.threadpool_limits(1)`` makes this single-threaded, and
     without threadpoolctl it is); the result does not depend on the thread count.
     Extra memory beyond inputs and output: O(n d) (:func:`workspace_bytes`) plus a group's
     few B_r x B_c tiles (:data:`TILE_BYTES`, or one tile if larger) per thread.
-    Scores whose base-2 form ``scale * log2(e) * q k^T`` overflows (or values that overflow
-    the unnormalised accumulator) are recomputed in natural units with V scaled by a power of
-    two, giving what :func:`flashlib.naive_attention` gives; scores that overflow the compute
-    dtype even so raise ValueError.
+    Accuracy first: scores too large for the float32 tiles to stay within flash-attn's rule
+    (twice plain attention's error) are computed in float64 and rounded once
+    (:mod:`flashlib.fast.precise`); values that overflow the unnormalised accumulator are
+    recomputed in natural units with V scaled by a power of two; results beyond the dtype's
+    range raise ValueError.
     dropout_p, seed: dropout on P, never stored (:mod:`flashlib.fast.dropout`): p in [0, 1),
     p > 0 needs an integer seed in [0, 2**64), which the backward call must repeat.
     """
