@@ -263,10 +263,11 @@ def student_notebook(chapter, answers: dict[str, str]):
 
     import nbformat
 
-    from tools import grade, notebooks
+    from grading import chapters
+    from tools import notebooks
 
     nb = copy.deepcopy(nbformat.read(notebooks.target(chapter, student=True), as_version=4))
-    cells = grade.exercise_cells(nb)
+    cells = chapters.exercise_cells(nb)
     for number, source in answers.items():
         (index,) = cells[number]
         nb.cells[index].source = source.strip("\n")

@@ -32,9 +32,9 @@ from flashlib.book.exercises import (
     names,
     warned,
 )
+from flashlib.book.exercises.memory import measure_peak
 from flashlib.core.constants import LN2, LOG2E
 from flashlib.core.masks import causal_bottom_right, dense_mask, key_padding
-from flashlib.core.measure import measure_peak
 from flashlib.fast.naive import naive_attention, naive_attention_backward
 from flashlib.studies.backward import attention_loss, lse_base2, softmax_vjp
 from flashlib.studies.masking import blind_row_problem

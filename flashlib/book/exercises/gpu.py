@@ -36,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.book.exercises import Feedback, LearnerError, NotAttempted, checker, learner_side
+from flashlib.book.exercises import Feedback, LearnerError, NotAttempted, checker
+from flashlib.book.exercises.grader_adapter import learner_side
 from flashlib.core.constants import LOG2E
 
 __all__ = ["TOLERANCE", "check_online_softmax_step", "check_key_end", "check_visible_keys",

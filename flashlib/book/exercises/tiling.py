@@ -31,7 +31,7 @@ from flashlib.book.exercises import (
     shape_problem,
     warned,
 )
-from flashlib.core.measure import measure_peak
+from flashlib.book.exercises.memory import measure_peak
 from flashlib.studies.io_model import block_counts
 from flashlib.studies.tiling import logged_tiles
 

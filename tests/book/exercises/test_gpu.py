@@ -353,14 +353,14 @@ class _Sandbox:
     """The grader's sandbox in one process: a checker's learner-side helper
     (flashlib.book.exercises.learner_side) gets its arguments through the judge's pickling,
     runs with the learner's own object, and its result and errors come back through the
-    wire's plain-data encoding (tools.grade_rpc), as tools/grade_worker.py does."""
+    wire's plain-data encoding (grading.rpc), as grading/worker.py does."""
 
     def __init__(self, learner):
         self.objects = {0: learner}
         self.helped: list[str] = []
 
     def helper(self, module, qualname, args, kwargs):
-        from tools import grade_rpc as rpc
+        from grading import rpc
 
         self.helped.append(qualname)
         args, kwargs = rpc.loads(rpc.dumps((tuple(args), dict(kwargs)), []), self.objects,
@@ -376,7 +376,7 @@ class _Sandbox:
 
 
 def _remote(sandbox):
-    from tools import grade_rpc as rpc
+    from grading import rpc
 
     return rpc.RemoteCallable(0, sandbox, {"type": "JITFunction"})
 

@@ -1,11 +1,11 @@
-"""What tools/grade.py flags in a student's exercise cells for the instructor to look at.
+"""What grading/grade.py flags in a student's exercise cells for the instructor to look at.
 
 A flag is not a verdict: the grade is the checker's.  It points at code that has no business
 in an exercise and that a cheat or an attack would need: patching a checker or numpy,
 reaching into the interpreter (frames, the garbage collector, ctypes), signals and
 processes (``os.kill``, ``os.fork``, ``setsid``), the grader's command line (``sys.argv``),
 ``/proc`` and other students' or the instructor's files, running code from strings, or
-naming the library function the exercise asks the student to write.  tools/grade.py adds
+naming the library function the exercise asks the student to write.  grading/grade.py adds
 what it saw happen (a process left running, a grading process killed) and the answers that
 are identical to a classmate's or to the book's published solution.
 
