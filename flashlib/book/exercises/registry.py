@@ -27,11 +27,16 @@ CHAPTERS = ("intro", "overflow", "online_softmax", "ladder", "tiling", "io_model
 class Mistake:
     """A named mistake a checker must catch: ``args``, the checker's arguments as a learner
     who made it hands them in (the mutant: a small wrong implementation, or a wrong answer),
-    and ``hints``, phrases the feedback must contain (the diagnosis and what to try)."""
+    and ``hints``, phrases the feedback must contain (the diagnosis and what to try).
+    ``absent``: phrases it must not contain (the right value of a derivation, another
+    mistake's diagnosis); ``every_problem``: each hint is in every problem line (the mistake
+    is diagnosed alike on every case where it is wrong)."""
 
     name: str
     args: tuple
     hints: tuple[str, ...]
+    absent: tuple[str, ...] = ()
+    every_problem: bool = False
     kwargs: dict = field(default_factory=dict)
 
 

@@ -112,6 +112,10 @@ def test_a_declared_mistake_fails_with_its_hints(full, mistake):
     assert not fb.passed, text(fb)
     for hint in mistake.hints:
         assert hint in text(fb), (hint, text(fb))
+        if mistake.every_problem:
+            assert all(hint in problem for problem in fb.problems), (hint, text(fb))
+    for phrase in mistake.absent:
+        assert phrase not in text(fb), (phrase, text(fb))
 
 
 def test_each_mistake_is_named_once_and_has_a_hint():
