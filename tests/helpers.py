@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from flashlib.book.exercises import Feedback
+from flashlib.book.exercises.registry import learner_copy  # noqa: F401  (the tests use it)
 from flashlib.core.accuracy import FLOOR, assert_error_within, error_floor  # noqa: F401
 
 try:
@@ -239,21 +240,6 @@ def not_attempted(*args):
 
 def crashing(*args):
     raise ValueError("oops")
-
-
-def learner_copy(fn):
-    """A learner's copy of a library function: its source compiled again in a copy of its
-    module's namespace, as a student who pasted the code the page shows hands it in.  The
-    checkers refuse the library's own function where the exercise asks for it
-    (flashlib.book.exercises.forbidding), not a copy of its code."""
-    import inspect
-    import textwrap
-
-    original = inspect.unwrap(fn)
-    namespace = dict(original.__globals__)
-    exec(compile(textwrap.dedent(inspect.getsource(original)),  # noqa: S102
-                 f"<a copy of {original.__qualname__}>", "exec"), namespace)
-    return namespace[original.__name__]
 
 
 def student_notebook(chapter, answers: dict[str, str]):

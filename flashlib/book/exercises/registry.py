@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import textwrap
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,8 @@ from typing import Any
 from flashlib.book.exercises.feedback import NOT_ATTEMPTED, Feedback, LearnerError, NotAttempted
 from flashlib.book.exercises.refusal import forbidding
 
-__all__ = ["checker", "CHAPTERS", "Mistake", "declare_mistakes", "declared_mistakes"]
+__all__ = ["checker", "CHAPTERS", "Mistake", "declare_mistakes", "declared_mistakes",
+           "learner_copy"]
 
 #: The chapters' checker modules, in the book's order (flashlib.book.exercises.NAME).
 CHAPTERS = ("intro", "overflow", "online_softmax", "ladder", "tiling", "io_model", "masking",
@@ -42,6 +44,19 @@ class Mistake:
 
 #: ``{checker's qualified name: [its declared mistakes]}``, filled by :func:`declare_mistakes`.
 _MISTAKES: dict[str, list[Mistake]] = {}
+
+
+def learner_copy(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A learner's copy of a function: its source compiled again (outside flashlib's files) in
+    a copy of its module's namespace, as a student who pasted the code the page shows hands it
+    in.  The checkers refuse the library's own function where the exercise asks for it
+    (flashlib.book.exercises.refusal), not a copy of its code; a declared mistake runs as such
+    a copy (tests/book/exercises/test_declared_mistakes.py)."""
+    original = inspect.unwrap(fn)
+    namespace = dict(original.__globals__)
+    exec(compile(textwrap.dedent(inspect.getsource(original)),  # noqa: S102
+                 f"<a copy of {original.__qualname__}>", "exec"), namespace)
+    return namespace[original.__name__]
 
 
 def _key(check: Callable[..., Any]) -> str:
