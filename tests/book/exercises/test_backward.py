@@ -5,6 +5,8 @@ that says what went wrong, are declared in flashlib/book/exercises/mistakes/back
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
