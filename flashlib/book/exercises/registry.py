@@ -32,7 +32,14 @@ class Mistake:
     and ``hints``, phrases the feedback must contain (the diagnosis and what to try).
     ``absent``: phrases it must not contain (the right value of a derivation, another
     mistake's diagnosis); ``every_problem``: each hint is in every problem line (the mistake
-    is diagnosed alike on every case where it is wrong)."""
+    is diagnosed alike on every case where it is wrong).
+
+    A mistake in code that must live in a file of its own (a Triton kernel: Triton reads its
+    source) is given as text: ``source``, where the right code comes from (the dotted name
+    of a library function, or ``"solution"``: the book's solution of the exercise), and
+    ``swaps``, each ``(old, new)`` replaced in it; the checker's arguments are then the
+    module's ``names`` (by default the function's own name).  ``needs``: ``"interpreter"``
+    when the checker sees the mistake only in Triton's interpreter (its memory watch)."""
 
     name: str
     args: tuple
@@ -40,6 +47,10 @@ class Mistake:
     absent: tuple[str, ...] = ()
     every_problem: bool = False
     kwargs: dict = field(default_factory=dict)
+    source: str = ""
+    swaps: tuple[tuple[str, str], ...] = ()
+    names: tuple[str, ...] = ()
+    needs: str = ""
 
 
 #: ``{checker's qualified name: [its declared mistakes]}``, filled by :func:`declare_mistakes`.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import inspect
 import types
 
 import nbformat
@@ -105,10 +106,44 @@ def _as_learner(arg):
     return arg
 
 
+def _needs_triton(interpreter: bool = False) -> None:
+    if importlib.util.find_spec("triton") is None or importlib.util.find_spec("torch") is None:
+        pytest.skip("the GPU exercises need torch and triton")
+    import flashlib.gpu
+
+    caps = flashlib.gpu.capabilities()
+    if not caps.triton:
+        pytest.skip(" ".join(caps.notes[:1]))
+    if interpreter and caps.mode != "interpreter":
+        pytest.skip("the memory watch and tiles under 16: interpreter")
+
+
+def _from_source(full: str, mistake, folder) -> tuple:
+    """The checker's arguments of a mistake given as text: the right code (a library
+    function's, or the book's solution) with the mistake's swaps, in a file of its own."""
+    _needs_triton(mistake.needs == "interpreter")
+    names = mistake.names
+    if mistake.source == "solution":
+        chapter, number = next((c, n) for c, n, _, f in EXERCISES if f == full)
+        source = grading_chapters.solutions(_source(chapter))[number]
+    else:
+        module_name, _, name = mistake.source.rpartition(".")
+        fn = getattr(importlib.import_module(module_name), name)
+        source = inspect.getsource(getattr(fn, "fn", fn))
+        names = names or (name,)
+    for old, new in mistake.swaps:
+        assert old in source, f"{mistake.name}: {old!r} is not in the right code any more"
+        source = source.replace(old, new)
+    module = import_code(GPU_HEAD + source, folder, f"mistake_{abs(hash(mistake.name))}")
+    return tuple(getattr(module, name) for name in names)
+
+
 @pytest.mark.parametrize(("full", "mistake"), MISTAKES,
                          ids=[f"{full.rpartition('.')[2]}: {m.name}" for full, m in MISTAKES])
-def test_a_declared_mistake_fails_with_its_hints(full, mistake):
-    fb = CHECKERS[full](*map(_as_learner, mistake.args), **mistake.kwargs)
+def test_a_declared_mistake_fails_with_its_hints(full, mistake, tmp_path):
+    args = (_from_source(full, mistake, tmp_path) if mistake.source
+            else tuple(map(_as_learner, mistake.args)))
+    fb = CHECKERS[full](*args, **mistake.kwargs)
     assert not fb.passed, text(fb)
     for hint in mistake.hints:
         assert hint in text(fb), (hint, text(fb))
