@@ -39,6 +39,8 @@ MODULES = {
     "requests": "reaches the network (requests)",
     "http": "reaches the network (http)",
 }
+#: The exercises' declared mistakes (not installed with flashlib, hidden in the sandbox).
+MISTAKES = "flashlib.book.exercises.mistakes"
 #: Calls flagged wherever they appear: ``module.attribute`` -> why.
 CALLS = {
     "os.kill": "sends a signal to a process (os.kill)",
@@ -145,6 +147,9 @@ def flags(cells: list[str], forbidden: tuple[str, ...] | list[str] = ()) -> list
                     root = name.split(".")[0]
                     if root in MODULES:
                         flag(line, f"imports {name}: {MODULES[root]}")
+                    if name.startswith(MISTAKES):
+                        flag(line, f"imports {name}: the checkers' declared mistakes, most "
+                                   "of them a right answer with one change")
                 if isinstance(node, ast.ImportFrom):
                     for alias in node.names:
                         if alias.name in short:

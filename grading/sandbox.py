@@ -67,6 +67,9 @@ NOBODY = 65534
 #: The files of the repository the sandbox sees (read-only), besides the flashlib package.
 WORKER_FILES = ("grading/__init__.py", "grading/worker.py", "grading/rpc.py",
                 "grading/sandbox.py")
+#: Folders of the flashlib package the sandbox does not see: the exercises' declared mistakes
+#: (flashlib/book/exercises/mistakes/), many of them a right answer with one change.
+HIDDEN = ("flashlib/book/exercises/mistakes",)
 #: Environment variables passed into the sandbox as they are (all others are cleared).
 PASS_ENV = ("LANG", "LC_ALL", "TZ", "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES",
             "FLASHLIB_REQUIRE_ALL")
@@ -197,6 +200,9 @@ def bwrap_command(bwrap: str, workdir: Path, mpl_cache: Path | None = None,
     for path in [*_python_paths(), *_repo_paths()]:
         if path.exists() and not any(path.is_relative_to(Path("/") / d) for d in SYSTEM):
             bind(path)
+    for path in HIDDEN:  # an empty, read-only folder in their place
+        if (ROOT / path).is_dir():
+            cmd += ["--tmpfs", str(ROOT / path), "--remount-ro", str(ROOT / path)]
     if mpl_cache is not None and mpl_cache.is_dir():  # matplotlib's font list, read once
         cmd += ["--ro-bind", str(mpl_cache), inside("matplotlib")]
     for dev in sorted(Path("/dev").glob("nvidia*")):  # a GPU, for the GPU chapter

@@ -56,3 +56,17 @@ def test_the_sandbox_sees_the_worker_files():
         source = (ROOT / name).read_text(encoding="utf-8")
         for module in re.findall(r"^\s*from (grading\.\w+|tools\b)", source, re.M):
             assert module in bound, f"{name} imports {module}, which the sandbox cannot see"
+
+
+def test_the_declared_mistakes_are_hidden_from_the_students_code():
+    """The exercises' declared mistakes (right answers with one change) are not in the
+    sandbox (an empty read-only folder in their place), and an import of them is flagged."""
+    from grading import lint, sandbox
+
+    cmd = sandbox.bwrap_command("/usr/bin/bwrap", ROOT)
+    hidden = str(ROOT / "flashlib" / "book" / "exercises" / "mistakes")
+    at = cmd.index(hidden)
+    assert cmd[at - 1] == "--tmpfs" and cmd[at + 1:at + 3] == ["--remount-ro", hidden]
+    assert cmd.index("--ro-bind") < at  # after the package's own bind
+    flags = lint.flags(["from flashlib.book.exercises.mistakes.backward import _fd\n"])
+    assert flags and "declared mistakes" in flags[0]
