@@ -13,6 +13,9 @@ check_masked_backward    ``masked_flash2_backward(Q, K, V, O, L, dO, mask, B_r, 
                          dV)``: FlashAttention-2's tiled backward with a boolean mask, against
                          autograd (or the naive backward) on ragged shapes and rows that see no
                          key; each usual mistake named; no (N, N) array (memory probe)
+
+Over 500 lines (about 600): one checker per exercise, whose cases and diagnoses are code;
+the mistakes each must catch are data, in mistakes/backward.py.
 """
 
 from __future__ import annotations

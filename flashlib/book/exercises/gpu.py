@@ -25,6 +25,9 @@ a GPU, the cases that need tiles narrower than 16 are left out (``tl.dot`` needs
 
 Without torch or triton (or with triton imported before flashlib.gpu) a checker says so in
 one line instead of running; it never raises because of the learner's code.
+
+Over 500 lines (about 880): one checker per exercise, whose cases and diagnoses are code;
+the mistakes each must catch are data, in mistakes/gpu.py.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ check_square_block     ``square_block(M, d) -> B``: the largest square block who
                        FlashAttention-2 fits in an SRAM of M elements
 check_cap_reason       why B_r is capped by d (a letter of :data:`CAP_CHOICES`, or a function
                        returning it)
+
+Over 500 lines (about 510): one checker per exercise, whose cases and diagnoses are code;
+the mistakes each must catch are data, in mistakes/tiling.py.
 """
 
 from __future__ import annotations
