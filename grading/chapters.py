@@ -9,7 +9,7 @@ checker_description          its title and what it checks; exercise_table: all o
 solutions                    the book's published solution of each exercise (flagging answers
                              identical to it; the made-up class's "solution" students)
 
-Used by grading.grade (grading a class), grading.made_up_class and tools/instructor_files.py.
+Used by grading.grade (grading a class), grading.made_up_class and grading.instructor_files.
 """
 
 from __future__ import annotations

@@ -20,12 +20,23 @@ MODULES = sorted(p for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
 COMMANDS = ["grading", "grading.made_up_class", "grading.instructor_files"]
 
 
+@pytest.fixture(scope="module")
+def helps() -> dict[str, tuple[int, str, str]]:
+    """``{command: (exit code, stdout, stderr)}`` of ``python -m COMMAND --help``, started all
+    at once (fresh interpreters)."""
+    procs = {command: subprocess.Popen([sys.executable, "-m", command, "--help"], cwd=ROOT,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       text=True)
+             for command in COMMANDS}
+    outputs = {command: proc.communicate(timeout=300) for command, proc in procs.items()}
+    return {command: (procs[command].returncode, *outputs[command]) for command in procs}
+
+
 @pytest.mark.parametrize("command", COMMANDS)
-def test_command_answers_help(command):
-    proc = subprocess.run([sys.executable, "-m", command, "--help"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.startswith("usage: "), proc.stdout[:500]
+def test_command_answers_help(command, helps):
+    code, out, err = helps[command]
+    assert code == 0, err[-3000:]
+    assert out.startswith("usage: "), out[:500]
 
 
 @pytest.mark.parametrize("path", [p for p in MODULES if p.stem != "__main__"],

@@ -10,6 +10,7 @@ naming of warnings see it as the learner's."""
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -52,6 +53,12 @@ def _source(stem: str):
     return next(s for s in toc.chapters() if s.stem == stem)
 
 
+@functools.cache
+def _solutions(stem: str) -> dict[str, str]:
+    return grading_chapters.solutions(_source(stem))
+
+
+@functools.cache
 def _chapter_imports(stem: str) -> str:
     """The top-level import statements of the chapter's code cells (what a solution may use)."""
     nb = nbformat.read(notebooks.target(_source(stem)), as_version=4)
@@ -76,7 +83,7 @@ def test_every_checker_of_every_chapter_is_an_exercise():
 @pytest.mark.parametrize(("chapter", "number", "call", "full"), EXERCISES,
                          ids=[f"{n} {full.rpartition('.')[2]}" for _, n, _, full in EXERCISES])
 def test_the_books_solution_passes(chapter, number, call, full, tmp_path):
-    code = grading_chapters.solutions(_source(chapter))
+    code = _solutions(chapter)
     assert number in code, f"no solution of Exercise {number} in the book"
     source = _chapter_imports(chapter) + "\n\n" + code[number] + "\n"
     if chapter == "gpu":  # Triton reads a kernel's source from its file
@@ -125,7 +132,7 @@ def _from_source(full: str, mistake, folder) -> tuple:
     names = mistake.names
     if mistake.source == "solution":
         chapter, number = next((c, n) for c, n, _, f in EXERCISES if f == full)
-        source = grading_chapters.solutions(_source(chapter))[number]
+        source = _solutions(chapter)[number]
     else:
         module_name, _, name = mistake.source.rpartition(".")
         fn = getattr(importlib.import_module(module_name), name)
