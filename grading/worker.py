@@ -1,7 +1,7 @@
 """The sandbox side of grading/grade.py: a chapter's process (the *zygote*) and, forked from
 it, one process per student's exercise.  Neither decides a grade.
 
-    python -m grading.worker CONTROL_FD     # started by grading/judge.py, sandboxed
+    python -m grading.worker CONTROL_FD     # started by grading/zygote.py, sandboxed
 
 The zygote runs the chapter's own code cells in order (from the student notebook the book
 generates, never a student's copy), as Jupyter would: IPython, matplotlib's Agg backend, one
