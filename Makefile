@@ -41,11 +41,11 @@ book-student: book
 		--path-output _build/student
 
 ## make grade SUBMISSIONS=folder [OUT=grading-report] [GRADE_ARGS=...]: run the students'
-## notebooks through the book's checkers (tools/grade.py; CSV and Markdown reports in OUT)
+## notebooks through the book's checkers (grading/, python -m grading; reports in OUT)
 OUT ?= grading-report
 grade: $(STAMP)
 	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=folder [OUT=dir]" >&2; exit 2; }
-	$(BIN)/python -m tools.grade "$(SUBMISSIONS)" --out "$(OUT)" $(GRADE_ARGS)
+	$(BIN)/python -m grading "$(SUBMISSIONS)" --out "$(OUT)" $(GRADE_ARGS)
 
 ## make test: the whole suite (numerics, notebooks in sync, lint, import contracts, packaging in
 ## fresh venvs, browser tests on the built site)

@@ -3,7 +3,7 @@
 Markers (pyproject.toml): ``site`` needs the built book (``make book``: _build/html) and
 ``student_site`` its student edition (``make book-student``); ``browser`` needs Chromium
 (tools/browser.py finds it); ``gpu`` needs a CUDA GPU; ``sandbox`` needs the grader's full
-sandbox (bubblewrap, nested user namespaces: tools/grade_sandbox.py's "namespaces" level);
+sandbox (bubblewrap, nested user namespaces: grading/sandbox.py's "namespaces" level);
 ``slow`` builds fresh virtual environments.  A test whose requirement is missing is skipped,
 with the reason, so that a plain ``pytest`` on a fresh clone passes; ``make test`` sets
 ``FLASHLIB_REQUIRE_ALL=1``, and then a missing site, browser or sandbox fails the run
@@ -62,7 +62,7 @@ MISSING = pytest.StashKey[str]()
 
 @functools.cache
 def _confinement():
-    from tools.grade_sandbox import probe
+    from grading.sandbox import probe
 
     return probe()
 
@@ -87,7 +87,7 @@ REQUIREMENTS = {
                 "`.venv/bin/python -m playwright install chromium`)", False),
     "gpu": (_cuda, "needs a CUDA GPU (torch sees none)", True),
     "sandbox": (_sandbox, lambda: "no full sandbox for the grader here (bubblewrap with user "
-                          f"namespaces; tools/grade_sandbox.py): {_confinement().describe()}",
+                          f"namespaces; grading/sandbox.py): {_confinement().describe()}",
                 False),
 }
 

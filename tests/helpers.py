@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from flashlib.book.exercises import Feedback
+from flashlib.book.exercises.registry import learner_copy  # noqa: F401  (the tests use it)
 from flashlib.core.accuracy import FLOOR, assert_error_within, error_floor  # noqa: F401
 
 try:
@@ -241,21 +242,6 @@ def crashing(*args):
     raise ValueError("oops")
 
 
-def learner_copy(fn):
-    """A learner's copy of a library function: its source compiled again in a copy of its
-    module's namespace, as a student who pasted the code the page shows hands it in.  The
-    checkers refuse the library's own function where the exercise asks for it
-    (flashlib.book.exercises.forbidding), not a copy of its code."""
-    import inspect
-    import textwrap
-
-    original = inspect.unwrap(fn)
-    namespace = dict(original.__globals__)
-    exec(compile(textwrap.dedent(inspect.getsource(original)),  # noqa: S102
-                 f"<a copy of {original.__qualname__}>", "exec"), namespace)
-    return namespace[original.__name__]
-
-
 def student_notebook(chapter, answers: dict[str, str]):
     """The student edition's notebook of ``chapter`` (book/NAME.md) with the code of the
     exercise cells ``answers`` names (``{"3.2": code}``) replaced: a student's hand-in."""
@@ -263,10 +249,11 @@ def student_notebook(chapter, answers: dict[str, str]):
 
     import nbformat
 
-    from tools import grade, notebooks
+    from grading import chapters
+    from tools import notebooks
 
     nb = copy.deepcopy(nbformat.read(notebooks.target(chapter, student=True), as_version=4))
-    cells = grade.exercise_cells(nb)
+    cells = chapters.exercise_cells(nb)
     for number, source in answers.items():
         (index,) = cells[number]
         nb.cells[index].source = source.strip("\n")

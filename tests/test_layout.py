@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
+from flashlib.book.exercises.registry import CHAPTERS
 from tools.paths import ROOT
 
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
@@ -94,12 +95,18 @@ def test_optional_imports_stay_optional():
     ("bench/report.py", "from flashlib.book import glue", "flashlib.book"),  # siblings
     ("gpu/grid.py", "import torch", "torch"),
     ("gpu/kernels.py", "from flashlib.book import glue", "flashlib.book"),  # upward
+    ("book/exercises/intro.py", "import grading", "grading"),  # the grader's side
+    ("core/measure.py", "import tools", "tools"),
 ])
 def test_a_forbidden_import_breaks_the_contracts(tmp_path, module, line, culprit):
-    """The contracts can fail: a copy of the package with one forbidden import is refused."""
+    """The contracts can fail: a copy of the package with one forbidden import is refused
+    (the other root packages, grading, tools and tests, as empty packages)."""
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
     shutil.copytree(ROOT / "flashlib", tmp_path / "flashlib",
                     ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("grading", "tools", "tests"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("", encoding="utf-8")
     path = tmp_path / "flashlib" / module
     path.write_text(path.read_text(encoding="utf-8") + f"\n{line}  # noqa\n", encoding="utf-8")
     result = _lint_imports(tmp_path)
@@ -126,9 +133,10 @@ def test_readme_layout_lists_every_module():
             listed.add(part)
     for path in sorted((ROOT / "flashlib").rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
-        for per_chapter in ("flashlib/book/exercises/", "flashlib/book/chapters/"):
-            if rel.startswith(per_chapter) and path.name != "__init__.py":
-                rel = f"{per_chapter}<chapter>.py"
+        if rel.startswith("flashlib/book/exercises/") and path.stem in CHAPTERS:
+            rel = (f"{path.parent.relative_to(ROOT).as_posix()}/<chapter>.py")
+        elif rel.startswith("flashlib/book/chapters/") and path.name != "__init__.py":
+            rel = "flashlib/book/chapters/<chapter>.py"
         assert rel in listed, f"README.md's layout table has no row for {rel}"
     for row in listed:
         if "<" not in row and not row.startswith(("_config", "lab/")):
@@ -152,15 +160,20 @@ def _imports_and_path_edits(folder: Path) -> tuple[list[str], list[str]]:
     return imports, edits
 
 
-def test_flashlib_never_imports_the_tools_or_the_tests():
+def test_flashlib_never_imports_the_grader_the_tools_or_the_tests():
     imports, _ = _imports_and_path_edits(ROOT / "flashlib")
-    wrong = [i for i in imports if re.search(r": (tools|tests)(\.|$)", i)]
+    wrong = [i for i in imports if re.search(r": (grading|tools|tests)(\.|$)", i)]
     assert not wrong, wrong
 
 
 def test_no_sys_path_edits():
-    """tools/ and tests/ find each other as packages from the repository root (python -m,
-    pytest's pythonpath), never by editing sys.path."""
-    for folder in ("tools", "tests", "flashlib"):
+    """grading/, tools/ and tests/ find each other as packages from the repository root
+    (python -m, pytest's pythonpath, the grader's sandbox's PYTHONPATH), never by editing
+    sys.path; outside tests/ not even in code written as a string (the sandbox's probe)."""
+    for folder in ("grading", "tools", "tests", "flashlib"):
         _, edits = _imports_and_path_edits(ROOT / folder)
         assert not edits, f"sys.path used in {edits}"
+    for folder in ("grading", "tools", "flashlib"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            text = path.read_text(encoding="utf-8")
+            assert not re.search(r"sys\.path\.(insert|append)|sys\.path\s*=", text), path

@@ -84,7 +84,7 @@ HIDDEN_INPUT = {"hide-input", "remove-input"}
 #: The page whose {glossary} the {term} role links to.
 GLOSSARY = "book/glossary"
 #: An exercise's heading in the notebooks as `directive` writes it ("### Exercise 2",
-#: "### Exercise 1.2: title"): how tools/grade.py finds a notebook's exercises.
+#: "### Exercise 1.2: title"): how grading/grade.py finds a notebook's exercises.
 EXERCISE_HEADING = re.compile(r"^#{1,6} Exercise (?P<number>\d+(?:\.\d+)*)\b", re.MULTILINE)
 
 

@@ -2,7 +2,7 @@
 
 :func:`without_solutions` drops every solution from a chapter's cells; tools/convert.py applies
 it for ``clean_notebook(source, student=True)``, which ``python -m tools.notebooks write``
-saves as notebooks/student/<name>.ipynb and tools/grade.py reads the exercises from. (The
+saves as notebooks/student/<name>.ipynb and grading/grade.py reads the exercises from. (The
 student edition of the *site* is tools/student_edition.py, a Sphinx extension.)"""
 
 from __future__ import annotations

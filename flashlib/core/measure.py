@@ -1,8 +1,6 @@
 """Measuring a call: its peak memory, its warnings, its time.  One of each, used everywhere.
 
 measure_peak             peak bytes a call allocates (tracemalloc sees numpy's buffers); nests
-measuring, record_peak   for a call that runs in another process (tools/grade.py's sandbox):
-                         whether a measure_peak is open, and the peak measured there
 call_capturing_warnings  the warnings a call raises, as "Category: message" strings
 time_calls               the timer: seconds per call of several functions, round-robin
 median_times             its medians, one per function (what chapters, bench and tests quote)
@@ -26,8 +24,6 @@ from flashlib.core.checks import check_int
 
 __all__ = [
     "measure_peak",
-    "measuring",
-    "record_peak",
     "call_capturing_warnings",
     "CLOCKS",
     "time_calls",
@@ -40,23 +36,6 @@ CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.process_time, "wall": time
 # One entry per measure_peak call in progress, outermost first: the highest traced peak seen
 # before a nested call reset tracemalloc's peak counter (which is global).
 _open_peaks: list[int] = []
-# Per measure_peak call in progress: the largest peak a call measured in another process
-# reported (record_peak), in bytes above that call's own baseline.
-_remote_peaks: list[int] = []
-
-
-def measuring() -> bool:
-    """Whether a :func:`measure_peak` is in progress (a call that will run in another
-    process must then measure its own peak there and :func:`record_peak` it)."""
-    return bool(_open_peaks)
-
-
-def record_peak(nbytes: int) -> None:
-    """Report the peak of a call that ran in another process (tools/grade.py runs a student's
-    function in a sandbox and measures it there) to every :func:`measure_peak` in progress."""
-    _remote_peaks[:] = [max(p, int(nbytes)) for p in _remote_peaks]
-
-
 def measure_peak(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, int]:
     """Run ``fn(*args, **kwargs)``; return ``(result, peak)``.
 
@@ -75,16 +54,14 @@ def measure_peak(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any
     tracemalloc.reset_peak()
     baseline, _ = tracemalloc.get_traced_memory()
     _open_peaks.append(0)
-    _remote_peaks.append(0)
     try:
         result = fn(*args, **kwargs)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         peak_before_nested = _open_peaks.pop()
-        remote = _remote_peaks.pop()
         if started_here:
             tracemalloc.stop()
-    return result, max(max(peak, peak_before_nested) - baseline, remote)
+    return result, max(peak, peak_before_nested) - baseline
 
 
 def call_capturing_warnings(

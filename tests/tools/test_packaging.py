@@ -62,7 +62,9 @@ def test_install_numpy_only_then_the_bench_extra(tmp_path):
              # the widgets' JavaScript is package data (pyproject.toml)
              "from importlib import resources\n"
              "js = resources.files('flashlib.book').joinpath('js')\n"
-             "assert {'frames.js', 'drawn.js', 'tiling.js'} <= {f.name for f in js.iterdir()}\n")
+             "assert {'frames.js', 'drawn.js', 'tiling.js'} <= {f.name for f in js.iterdir()}\n"
+             # the exercises' declared mistakes (right answers with one change) stay behind
+             "assert importlib.util.find_spec('flashlib.book.exercises.mistakes') is None\n")
     ran = _run([python, "-c", check + _readme_example()], cwd=work)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     version, location = ran.stdout.split()

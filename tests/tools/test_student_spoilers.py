@@ -43,7 +43,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tools import convert, grade, grade_class, toc
+from grading import chapters, grade, made_up_class
+from tools import convert, toc
 from tools.paths import STUDENT_HTML
 
 pytestmark = [pytest.mark.site, pytest.mark.student_site]
@@ -154,7 +155,7 @@ def chapter_imports(source: Path) -> dict[str, Any]:
     for cell in nb.cells:
         if cell.cell_type != "code" or "google.colab" in cell.source:
             continue
-        tree = grade._parse(cell.source)
+        tree = chapters._parse(cell.source)
         for node in tree.body if tree else ():
             if isinstance(node, ast.Import | ast.ImportFrom):
                 with contextlib.suppress(Exception):
@@ -187,11 +188,11 @@ def shown_functions(source: Path, namespace: dict[str, Any]) -> dict[str, Any]:
             if copy is not None:
                 found[name.split(".")[-1]] = copy
     nb = convert.clean_notebook(source, student=True)
-    exercise_cells = {i for ids in grade.exercise_cells(nb).values() for i in ids}
+    exercise_cells = {i for ids in chapters.exercise_cells(nb).values() for i in ids}
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code" or i in exercise_cells:
             continue
-        tree = grade._parse(cell.source)
+        tree = chapters._parse(cell.source)
         for node in tree.body if tree else ():
             if isinstance(node, ast.FunctionDef):
                 local = dict(namespace)
@@ -271,7 +272,7 @@ def _starter_roles(starter: str, args: list[str]) -> list[tuple[str, int | None]
 def _oracle(source: Path, number: str, namespace: dict[str, Any], args: list[str]) -> list:
     """The book's solution's objects for the checker call's arguments (None where the
     solution does not run on the imports alone)."""
-    code = grade_class.solutions(source).get(number)
+    code = made_up_class.solutions(source).get(number)
     if not code:
         return [None] * len(args)
     local = dict(namespace)
@@ -322,7 +323,7 @@ def _lookup(chapter: str, oracle: Any) -> Any:
 
 def spoilers_of(source: Path) -> dict[str, list[str]]:
     """``{exercise number: [what passes its checker]}`` for one chapter."""
-    chapter = grade.load_chapter(source)
+    chapter = chapters.load_chapter(source)
     namespace = chapter_imports(source)
     imported = {k: v for k, v in namespace.items() if callable(v) and not isinstance(v, type)
                 and not getattr(v, "__module__", "").startswith(HELPERS)
@@ -330,7 +331,7 @@ def spoilers_of(source: Path) -> dict[str, list[str]]:
     shown = shown_functions(source, namespace)
     found: dict[str, list[str]] = {}
     for number, exercise in chapter.exercises.items():
-        checker = grade.checker_function(exercise.checker)
+        checker = chapters.checker_function(exercise.checker)
         _, args, _ = _parse_call(exercise.call)
         roles = _starter_roles("\n".join(chapter.starters[number]), args)
         oracle = _oracle(source, number, namespace, args)
@@ -369,7 +370,7 @@ def spoilers_of(source: Path) -> dict[str, list[str]]:
 
 
 def _parse_call(call: str) -> tuple[str, list[str], dict[str, str]]:
-    from tools.grade_judge import parse_call
+    from grading.judge import parse_call
 
     return parse_call(call)
 
@@ -393,7 +394,7 @@ def test_student_edition_answers_no_exercise_but_the_known_ones(spoilers):
 
 
 def test_every_known_spoiler_still_spoils(spoilers):
-    stale = sorted(set(KNOWN_SPOILERS) - set(spoilers), key=grade.number_key)
+    stale = sorted(set(KNOWN_SPOILERS) - set(spoilers), key=chapters.number_key)
     assert not stale, (f"no longer answered by the student edition: {stale}; remove them from "
                        "KNOWN_SPOILERS")
 

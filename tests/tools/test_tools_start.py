@@ -27,7 +27,7 @@ MODULES = sorted(p for p in TOOLS.glob("*.py") if p.name != "__init__.py")
 SCRIPTS = sorted(TOOLS.glob("*.sh"))
 #: Modules with a ``__main__`` block that people do not run: started by another tool, with
 #: arguments that tool writes (so ``--help`` is not theirs to answer); imported instead.
-WORKERS = {"grade_worker": "started by tools/grade.py with a job file"}
+WORKERS: dict[str, str] = {}  # none now (the grader's worker is grading/worker.py)
 
 
 def has_command_line(path: Path) -> bool:
@@ -43,10 +43,10 @@ LIBRARIES = [p for p in MODULES if p not in COMMANDS]
 
 def test_the_tools_are_found():
     names = {p.stem for p in COMMANDS}
-    assert {"notebooks", "grade", "colab_check", "lab", "lab_widgets_check", "widget_redraw",
-            "max_errors", "instructor_files"} <= names, names
-    assert {"toc", "convert", "colab", "book_extension", "student_edition",
-            "grade_worker"} <= {p.stem for p in LIBRARIES}
+    assert {"notebooks", "colab_check", "lab", "lab_widgets_check",
+            "widget_redraw"} <= names, names
+    assert {"toc", "convert", "colab", "book_extension", "student_edition"} <= {
+        p.stem for p in LIBRARIES}
     assert {p.name for p in SCRIPTS} >= {"gpu_device_check.sh", "vendor_js.sh",
                                          "vendor_axe.sh"}
     assert set(WORKERS) <= {p.stem for p in MODULES}

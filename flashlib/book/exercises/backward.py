@@ -13,6 +13,9 @@ check_masked_backward    ``masked_flash2_backward(Q, K, V, O, L, dO, mask, B_r, 
                          dV)``: FlashAttention-2's tiled backward with a boolean mask, against
                          autograd (or the naive backward) on ragged shapes and rows that see no
                          key; each usual mistake named; no (N, N) array (memory probe)
+
+Over 500 lines (about 600): one checker per exercise, whose cases and diagnoses are code;
+the mistakes each must catch are data, in mistakes/backward.py.
 """
 
 from __future__ import annotations
@@ -32,9 +35,9 @@ from flashlib.book.exercises import (
     names,
     warned,
 )
+from flashlib.book.exercises.memory import measure_peak
 from flashlib.core.constants import LN2, LOG2E
 from flashlib.core.masks import causal_bottom_right, dense_mask, key_padding
-from flashlib.core.measure import measure_peak
 from flashlib.fast.naive import naive_attention, naive_attention_backward
 from flashlib.studies.backward import attention_loss, lse_base2, softmax_vjp
 from flashlib.studies.masking import blind_row_problem

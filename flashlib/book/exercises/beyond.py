@@ -29,7 +29,7 @@ from flashlib.book.exercises import (
     shape_problem,
     warned,
 )
-from flashlib.core.measure import measure_peak
+from flashlib.book.exercises.memory import measure_peak
 from flashlib.fast import decoding
 
 __all__ = ["check_split_kv", "check_grouped_query", "check_kv_grad"]

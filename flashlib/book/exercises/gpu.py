@@ -25,6 +25,9 @@ a GPU, the cases that need tiles narrower than 16 are left out (``tl.dot`` needs
 
 Without torch or triton (or with triton imported before flashlib.gpu) a checker says so in
 one line instead of running; it never raises because of the learner's code.
+
+Over 500 lines (about 880): one checker per exercise, whose cases and diagnoses are code;
+the mistakes each must catch are data, in mistakes/gpu.py.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.book.exercises import Feedback, LearnerError, NotAttempted, checker, learner_side
+from flashlib.book.exercises import Feedback, LearnerError, NotAttempted, checker
+from flashlib.book.exercises.grader_adapter import learner_side
 from flashlib.core.constants import LOG2E
 
 __all__ = ["TOLERANCE", "check_online_softmax_step", "check_key_end", "check_visible_keys",

@@ -121,7 +121,7 @@ class _Counted(np.ndarray):
             self.log.append("product")
         return super().__array_function__(func, types, args, kwargs)
 
-    def __reduce__(self) -> tuple:  # the log travels with the array (tools/grade.py)
+    def __reduce__(self) -> tuple:  # the log travels with the array (grading/grade.py)
         return _rebuild_counted, (np.asarray(self), self.log)
 
     def __grade_state__(self) -> list[str]:

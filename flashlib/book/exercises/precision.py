@@ -13,6 +13,9 @@ check_rotation           ``rotate(Q, K, rng)``: Q K^T unchanged, and the FP8 err
 
 The kernels and inputs the exercises hand out are here too (:func:`suspect_kernel`,
 :func:`good_kernel`, :func:`exercise_inputs`).
+
+Over 500 lines (about 530): one checker per exercise, whose cases and diagnoses are code;
+the mistakes each must catch are data, in mistakes/precision.py.
 """
 
 from __future__ import annotations

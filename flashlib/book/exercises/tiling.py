@@ -10,6 +10,9 @@ check_square_block     ``square_block(M, d) -> B``: the largest square block who
                        FlashAttention-2 fits in an SRAM of M elements
 check_cap_reason       why B_r is capped by d (a letter of :data:`CAP_CHOICES`, or a function
                        returning it)
+
+Over 500 lines (about 510): one checker per exercise, whose cases and diagnoses are code;
+the mistakes each must catch are data, in mistakes/tiling.py.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from flashlib.book.exercises import (
     shape_problem,
     warned,
 )
-from flashlib.core.measure import measure_peak
+from flashlib.book.exercises.memory import measure_peak
 from flashlib.studies.io_model import block_counts
 from flashlib.studies.tiling import logged_tiles
 

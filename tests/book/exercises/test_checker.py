@@ -13,6 +13,7 @@ import pytest
 
 from flashlib.book import exercises
 from flashlib.book.exercises import (
+    CHAPTERS,
     NOT_ATTEMPTED,
     Feedback,
     LearnerError,
@@ -21,8 +22,11 @@ from flashlib.book.exercises import (
     checker,
 )
 
-CHAPTER_MODULES = [importlib.import_module(f"flashlib.book.exercises.{m.name}")
-                   for m in pkgutil.iter_modules(exercises.__path__)]
+CHAPTER_MODULES = [importlib.import_module(f"flashlib.book.exercises.{name}")
+                   for name in CHAPTERS]
+#: The framework's modules, one concern each (flashlib.book.exercises' docstring).
+FRAMEWORK = ["feedback", "grader_adapter", "learner", "memory", "mistakes", "refusal",
+             "registry"]
 
 
 def all_checkers():
@@ -32,9 +36,14 @@ def all_checkers():
 
 
 def test_one_module_per_chapter():
-    assert sorted(m.__name__.rsplit(".", 1)[1] for m in CHAPTER_MODULES) == [
+    assert sorted(CHAPTERS) == [
         "backward", "beyond", "gpu", "intro", "io_model", "ladder", "masking", "online_softmax",
         "overflow", "precision", "tiling"]
+    found = sorted(m.name for m in pkgutil.iter_modules(exercises.__path__))
+    assert found == sorted([*CHAPTERS, *FRAMEWORK]), found
+    package = importlib.import_module("flashlib.book.exercises.mistakes")
+    mistakes = sorted(m.name for m in pkgutil.iter_modules(package.__path__))
+    assert set(mistakes) <= set(CHAPTERS), mistakes
 
 
 @pytest.mark.parametrize(("module", "name", "check"), all_checkers(),

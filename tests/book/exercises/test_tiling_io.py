@@ -1,6 +1,8 @@
 """The checkers of the tiling and IO-model chapters (flashlib.book.exercises.tiling and
-.io_model) accept a right answer, survive a crashing or unattempted one, and recognise the
-common wrong ones, saying in one line what went wrong."""
+.io_model) accept a right answer and survive a crashing or unattempted one; the common wrong
+ones, each with the line that says what went wrong, are declared in
+flashlib/book/exercises/mistakes/tiling.py and io_model.py
+(tests/book/exercises/test_declared_mistakes.py)."""
 
 from __future__ import annotations
 
@@ -8,13 +10,11 @@ import math
 import re
 
 import numpy as np
-import pytest
 
 from flashlib.book.exercises import NOT_ATTEMPTED
 from flashlib.book.exercises import io_model as ix
 from flashlib.book.exercises import tiling as tx
 from flashlib.fast.online import merge_partials
-from flashlib.studies import io_model
 from flashlib.studies.io_model import crossover_M, sram_footprint
 from tests.helpers import (
     assert_fails_with,
@@ -93,52 +93,14 @@ def test_tiled_state_not_attempted_and_crashing():
     assert_fails_with(tx.check_tiled_state(crashing), "your function raised ValueError: oops")
 
 
-@pytest.mark.parametrize(("kwargs", "phrase"), [
-    # the three of issue 24: each with its own one-line diagnosis
-    (dict(m_start=0.0), "m_i starts at 0, not -inf: on rows whose scores are all near -800"),
-    (dict(average="plain"), "each tile's softmax is normalised by its own sum and the tiles "
-                            "are averaged"),
-    (dict(average="weighted"), "the tiles are averaged"),
-    (dict(l_after=True), "l_i = alpha (l_i + rowsum(P~_ij)) also shrinks the new tile's sum"),
-    # the other usual ones
-    (dict(rescale_O=False), "acc (O_i) is not rescaled"),
-    (dict(rescale_l=False), "l_i is not rescaled"),
-    (dict(rescale_O=False, rescale_l=False), "neither acc (O_i) nor l_i is rescaled"),
-    (dict(scale=False), "the scores are not scaled"),
-    (dict(ragged=False), "the last, shorter block of keys is skipped"),
-    (dict(running_max=False), "m is the last tile's maximum"),
-    (dict(divide=True), "do not divide acc by l"),
-    (dict(output="O,L"), "that is (O, L), Algorithm 2's output"),
-    (dict(output="O"), "return the state (m, l, acc), three arrays; got an array of shape"),
-])
-def test_tiled_state_recognises_the_usual_mistakes(kwargs, phrase):
-    assert_fails_with(tx.check_tiled_state(make_state(**kwargs)), phrase)
-
-
 def test_tiled_state_m_start_0_shows_only_on_very_negative_scores():
     """m_i = 0 is right on every case with a positive row maximum: the checker's case of
-    scores near -800 is what catches it, and says why (the output is lost)."""
+    scores near -800 is what catches it (a declared mistake), and only that case."""
     fb = tx.check_tiled_state(make_state(m_start=0.0))
     assert len(fb.problems) == 1 and "every score near -800" in fb.problems[0]
-    assert "l = acc = 0, so the output is lost" in fb.problems[0]
     Q, K, V = tx._problem(20, 30, 8, 8, "negative")
     S = Q @ K.T / math.sqrt(8)
     assert S.max() < -780 and np.all(np.exp(S) == 0)  # exp alone underflows
-
-
-def test_tiled_state_memory_probe_catches_the_whole_score_matrix():
-    assert_fails_with(tx.check_tiled_state(make_state(whole_S=True)),
-                      "as much as an (N, N) matrix")
-
-
-def test_tiled_state_wrong_shapes():
-    assert_fails_with(tx.check_tiled_state(lambda Q, K, V, a, b: (np.zeros(3),) * 3),
-                      "m has shape (3,), expected (100,)")
-    good = make_state()
-    assert_fails_with(tx.check_tiled_state(lambda *a: (good(*a)[0], good(*a)[1],
-                                                       good(*a)[2].T)),
-                      "acc has shape (12, 100), expected (100, 12)", "axes are swapped")
-    assert_fails_with(tx.check_tiled_state(lambda *a: 42), "got int")
 
 
 def solution_code(chapter, label):
@@ -181,22 +143,8 @@ def test_tile_schedule_accepts_right_answer():
     assert fb.passed, text(fb)
 
 
-@pytest.mark.parametrize(("fn", "phrase"), [
-    (lambda a, b, r, c, o: tile_schedule(a, b, r, c, "v2" if o == "v1" else "v1"),
-     "that is the other order"),
-    (lambda a, b, r, c, o: [(i, j) for j in range(b // c) for i in range(a // r)] if o == "v1"
-     else [(i, j) for i in range(a // r) for j in range(b // c)], "ragged last blocks"),
-    (lambda *a: [(j, i) for i, j in tile_schedule(*a)], "the pairs are (j, i)"),
-    (lambda a, b, r, c, o: [(i * r, j * c) for i, j in tile_schedule(a, b, r, c, o)],
-     "first rows, not block indices"),
-    (lambda *a: [(i + 1, j + 1) for i, j in tile_schedule(*a)], "count blocks from 0"),
-    (lambda *a: sorted(tile_schedule(*a), key=lambda t: (t[1] * 7 + t[0]) % 5),
-     "right tiles in the wrong order"),
-    (lambda *a: 42, "return a list of (i, j) pairs"),
-    (crashing, "your function raised ValueError"),
-])
-def test_tile_schedule_recognises_the_usual_mistakes(fn, phrase):
-    assert_fails_with(tx.check_tile_schedule(fn), phrase)
+def test_tile_schedule_survives_a_crash():
+    assert_fails_with(tx.check_tile_schedule(crashing), "your function raised ValueError")
 
 
 def test_tile_schedule_cases_include_ragged_tails():
@@ -220,18 +168,6 @@ def test_o_writes():
     assert "v1, N = 1000, B_r = 64, B_c = 128: 128 block writes" in text(fb)
     assert "v2, N = 1000, B_r = 64, B_c = 128: 16 block writes" in text(fb)
     assert tx.check_o_writes(lambda *a: np.int64(o_writes(*a))).passed
-    assert_fails_with(tx.check_o_writes(lambda N, r, c, o: o_writes(N, r, c, "v2")),
-                      "FlashAttention-2's count")
-    assert_fails_with(tx.check_o_writes(lambda N, r, c, o: o_writes(N, r, c, "v1")),
-                      "v2, N = 1000", "that is Algorithm 1's count")
-    assert_fails_with(tx.check_o_writes(lambda N, r, c, o: -(-N // c)), "inside the loop over j")
-    assert_fails_with(tx.check_o_writes(lambda *a: o_writes(*a, init=a[3] == "v1")),
-                      "initialisation writes O whole")
-    assert_fails_with(tx.check_o_writes(lambda *a: o_writes(*a, ceil=False)), "ceil(N / B)")
-    fb = tx.check_o_writes(lambda *a: o_writes(*a, ceil=a[3] == "v1"))
-    assert_fails_with(fb, "ceil(N / B_r) query blocks")
-    assert_fails_with(tx.check_o_writes(lambda *a: 7), "T_r = ceil")
-    assert_fails_with(tx.check_o_writes(lambda *a: "many"), "return a number")
     assert tx.check_o_writes(not_attempted).problems == [NOT_ATTEMPTED]
 
 
@@ -262,24 +198,8 @@ def test_square_block():
             assert tx.step_elements(B, d) == sum(footprint.values())
 
 
-@pytest.mark.parametrize(("fn", "phrase"), [
-    (lambda M, d: square_block(M, d, tile=False), "you left out the score tile S_ij"),
-    (lambda M, d: square_block(M, d, lm=False), "you left out l_i and m_i"),
-    (lambda M, d: square_block(M, d, blocks=3), "you left out one B x d block"),
-    (lambda M, d: square_block(M, d, paper=True), "that is Algorithm 1's B_c = ceil(M / 4d)"),
-    (lambda M, d: square_block(M, d, ceil=True), "rounded up does not fit: round it down"),
-    (lambda M, d: round((math.sqrt((4 * d + 2) ** 2 + 4 * M) - 4 * d - 2) / 2),
-     "rounded to the nearest integer may not fit"),
-    (lambda M, d: square_block(M, d) + (M == 50_000), "does not fit: its step holds"),
-    (lambda M, d: max(square_block(M, d) - 1, 0), "fits too"),
-    (lambda M, d: float(square_block(M, d)), "give a whole number of rows (an int)"),
-    (lambda M, d: square_block(M, d) + 0.5, "give a whole number of rows"),
-    (lambda M, d: square_block(M, d) if M >= 4 * d + 3 else -1, "return 0"),
-    (lambda M, d: "big", "give a whole number"),
-    (crashing, "your function raised"),
-])
-def test_square_block_recognises_the_usual_mistakes(fn, phrase):
-    assert_fails_with(tx.check_square_block(fn), phrase)
+def test_square_block_survives_a_crash():
+    assert_fails_with(tx.check_square_block(crashing), "your function raised")
 
 
 def test_square_block_not_attempted():
@@ -288,13 +208,7 @@ def test_square_block_not_attempted():
 
 def test_cap_reason():
     assert tx.check_cap_reason("a").passed and tx.check_cap_reason("(A)").passed
-    assert_fails_with(tx.check_cap_reason("b"), "does not depend on B_r")
-    assert_fails_with(tx.check_cap_reason("c"), "nothing requires B_r to divide d")
-    assert_fails_with(tx.check_cap_reason("d"), "B_r x B_c score tile")
-    assert_fails_with(tx.check_cap_reason("z"), "one of the letters")
-    assert_fails_with(tx.check_cap_reason(None), "not attempted yet")
     assert tx.check_cap_reason(lambda: "a").passed
-    assert_fails_with(tx.check_cap_reason(lambda: "b"), "does not depend on B_r")
     assert tx.check_cap_reason(not_attempted).problems == [NOT_ATTEMPTED]
 
 
@@ -304,15 +218,7 @@ def test_standard_count():
     N, d = ix.STANDARD_PROBLEM["N"], ix.STANDARD_PROBLEM["d"]
     assert ix.check_standard_count(4 * N * N + 4 * N * d).passed
     assert ix.check_standard_count(lambda N, d: 4 * N * N + 4 * N * d).passed
-    assert_fails_with(ix.check_standard_count(2 * N * N + 4 * N * d), "four N^2 transfers")
-    assert_fails_with(ix.check_standard_count(lambda N, d: 4 * N * d), "no N^2 term")
-    assert_fails_with(ix.check_standard_count(3 * N * N + 4 * N * d), "one of the four N^2")
-    assert_fails_with(ix.check_standard_count(2 * N * N + 3 * N * d), "the reads only")
-    assert_fails_with(ix.check_standard_count(2 * (4 * N * N + 4 * N * d)), "bytes in fp16")
-    assert_fails_with(ix.check_standard_count(12345), "go line by line")
-    assert_fails_with(ix.check_standard_count("lots"), "give a number")
     assert_fails_with(ix.check_standard_count(crashing), "your function raised")
-    assert_fails_with(ix.check_standard_count(None), "not attempted yet")
     assert ix.check_standard_count(not_attempted).problems == [NOT_ATTEMPTED]
 
 
@@ -335,28 +241,8 @@ def test_io_count_accepts_the_right_formula():
     assert fb.passed, text(fb)
 
 
-@pytest.mark.parametrize(("fn", "phrase"), [
-    (lambda N, d, r, c, o: io_count(N, d, r, c, o, init=False), "initialised in HBM first"),
-    (lambda N, d, r, c, o: io_count(N, d, r, c, o, lm=False, init=o == "v1"),
-     "l and m move too"),
-    (lambda N, d, r, c, o: io_count(N, d, r, c, o, ceil=False), "the last, shorter one counts"),
-    (lambda N, d, r, c, o: io_count(N, d, r, c, "v2" if o == "v1" else "v1"), "the other order"),
-    (lambda N, d, r, c, o: io_count(N, d, r, c, o, reads_only=True), "the reads only"),
-    (lambda N, d, r, c, o: 2 * io_count(N, d, r, c, o), "bytes in fp16"),
-    (lambda N, d, r, c, o: 7, "the counting memory moved"),
-    (lambda N, d, r, c, o: "a lot", "return a number"),
-    (learner_copy(io_model.io_count), "your function raised"),  # the chapter's: not an answer
-    (crashing, "your function raised"),
-])
-def test_io_count_recognises_the_usual_mistakes(fn, phrase):
-    assert_fails_with(ix.check_io_count(fn), phrase)
-
-
-def test_io_count_v2_without_L():
-    def no_L(N, d, r, c, o):
-        return io_count(N, d, r, c, o) - (N if o == "v2" else 0)
-
-    assert_fails_with(ix.check_io_count(no_L), "L is written too")
+def test_io_count_survives_a_crash():
+    assert_fails_with(ix.check_io_count(crashing), "your function raised")
     assert ix.check_io_count(not_attempted).problems == [NOT_ATTEMPTED]
 
 
@@ -369,18 +255,6 @@ def test_crossover():
     assert ix.check_crossover(M_star - 1).passed and ix.check_crossover(M_star + 100).passed
     assert ix.check_crossover(lambda N, d: crossover_M(N, d, "v2")).passed
     assert ix.check_crossover(lambda N, d: crossover_M(N, d, "v2") + 2 * d).passed  # same block
-    assert_fails_with(ix.check_crossover(d * d), "more than standard attention")
-    assert_fails_with(ix.check_crossover(8 * d * d), "fewer than standard attention")
-    assert_fails_with(ix.check_crossover(lambda N, d: d * d), "N = 1024, d = 64: at M = 4096")
-    assert_fails_with(ix.check_crossover(2 * M_star), "bytes in fp16")
-    assert_fails_with(ix.check_crossover(lambda N, d: 4 * crossover_M(N, d, "v2")),
-                      "bytes in fp32")
-    # the threshold the chapter prints, Algorithm 1's, and the function it imports
-    assert_fails_with(ix.check_crossover(crossover_M(N, d)), "Algorithm 1's threshold")
-    assert_fails_with(ix.check_crossover(crossover_M), "Algorithm 1's threshold")
-    assert_fails_with(ix.check_crossover(-3), "positive number")
-    assert_fails_with(ix.check_crossover("big"), "positive number")
-    assert_fails_with(ix.check_crossover(None), "not attempted yet")
     assert ix.check_crossover(not_attempted).problems == [NOT_ATTEMPTED]
     assert_fails_with(ix.check_crossover(crashing), "your function raised")
 
@@ -391,10 +265,6 @@ def test_split_kv_merge():
     fb = ix.check_split_kv_merge(lambda a, b: tuple(merge_partials(a, b)))
     assert fb.passed, text(fb)
     assert "equals attention over the whole cache" in text(fb)
-
-    def no_rescale(a, b):
-        return np.maximum(a[0], b[0]), a[1] + b[1], a[2] + b[2]
-
-    assert_fails_with(ix.check_split_kv_merge(no_rescale), "without rescaling")
     assert ix.check_split_kv_merge(not_attempted).problems == [NOT_ATTEMPTED]
     assert_fails_with(ix.check_split_kv_merge(crashing), "your function raised")
+

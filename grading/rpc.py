@@ -1,7 +1,7 @@
-"""The wire between the grader's judge and a student's sandboxed process (tools/grade.py).
+"""The wire between the grader's judge and a student's sandboxed process (grading/grade.py).
 
-The judge (tools/grade_judge.py, trusted) runs the checker; the student's code runs in the
-sandbox (tools/grade_worker.py).  Each time the checker calls the student's function, the
+The judge (grading/judge.py, trusted) runs the checker; the student's code runs in the
+sandbox (grading/worker.py).  Each time the checker calls the student's function, the
 call crosses this wire: the arguments go to the sandbox, the result comes back.  So the two
 directions are not alike:
 
@@ -261,7 +261,7 @@ def encode(obj: Any, handle: Callable[[Any], int] | None = None) -> tuple[Any, l
 
 class Remote:
     """A handle on an object that stays in the sandbox.  ``__learner_remote__`` marks it for
-    flashlib's checkers (:func:`flashlib.book.exercises.call_learner`)."""
+    flashlib's checkers (flashlib.book.exercises.grader_adapter.is_remote)."""
 
     __learner_remote__ = True
 
@@ -269,7 +269,7 @@ class Remote:
         self._ref, self._caller, self._info = ref, caller, info
 
     def run_helper(self, module: str, qualname: str, args: tuple, kwargs: dict) -> Any:
-        """Run a checker's helper (:func:`flashlib.book.exercises.learner_side`) in the
+        """Run a checker's helper (flashlib.book.exercises.grader_adapter.learner_side) in the
         sandbox, where this object is."""
         return self._caller.helper(module, qualname, args, kwargs)
 
@@ -299,10 +299,11 @@ def exception_from_tree(tree: dict[str, Any]) -> BaseException:
     ``NotAttempted``, or a new class of the same name derived from its builtin base."""
     name, module = str(tree.get("type", "Exception")), str(tree.get("module", ""))
     message = str(tree.get("msg", ""))
-    if module == "flashlib.book.exercises" and name in ("LearnerError", "NotAttempted"):
-        from flashlib.book import exercises
+    if module.startswith("flashlib.book.exercises.") and name in ("LearnerError",
+                                                                  "NotAttempted"):
+        from flashlib.book.exercises import grader_adapter
 
-        return getattr(exercises, name)(message)
+        return getattr(grader_adapter, name)(message)
     cls = getattr(builtins, name, None) if module == "builtins" else None
     if not (isinstance(cls, type) and issubclass(cls, BaseException)):
         base = getattr(builtins, str(tree.get("base", "Exception")), Exception)

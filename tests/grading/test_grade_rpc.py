@@ -1,4 +1,4 @@
-"""tools/grade_rpc.py: what crosses from a student's sandboxed process to the judge is plain
+"""grading/rpc.py: what crosses from a student's sandboxed process to the judge is plain
 data only (never a pickle), arrays keep their dtype and shape, other objects stay behind as
 handles, and malformed or oversized messages are refused."""
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from flashlib.fast.online import PartialAttention
-from tools import grade_rpc as rpc
+from grading import rpc
 
 
 def round_trip(value, handle=None):

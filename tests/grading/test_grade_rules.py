@@ -1,7 +1,7 @@
-"""tools/grade.py's rules (issue 25, "fair rules"): earlier exercise cells run first as in
+"""grading/grade.py's rules (issue 25, "fair rules"): earlier exercise cells run first as in
 Jupyter, a typo in a scratch line does not zero a right answer, partial credit, a warning
 named after its source, library answers refused; and the same grades at every level of
-confinement the machine may offer (tools/grade_sandbox.py).
+confinement the machine may offer (grading/sandbox.py).
 
 The class is the online-softmax notebook (the fastest chapter), with benign students only:
 the levels below the full sandbox run their code with the tests' permissions.
@@ -19,8 +19,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from grading import grade, sandbox
 from tests.helpers import student_notebook
-from tools import grade, grade_sandbox
 
 pytestmark = pytest.mark.slow  # notebooks graded in the sandbox: `make test`, not `make check`
 
@@ -214,11 +214,11 @@ LEVEL_CLASS = {"alice": {"3.2": RIGHT_MERGE + "\ncheck_merge(merge)\n"}, "carol"
                "helper": {"3.1": HELPER_31, "3.2": HELPER_32}}
 
 
-def _levels() -> list[grade_sandbox.Confinement]:
-    found = [grade_sandbox.Confinement("rlimits", reasons=["forced by the test"])]
-    best = grade_sandbox.probe()
+def _levels() -> list[sandbox.Confinement]:
+    found = [sandbox.Confinement("rlimits", reasons=["forced by the test"])]
+    best = sandbox.probe()
     if best.bwrap is not None:
-        found.append(grade_sandbox.Confinement("bwrap", bwrap=best.bwrap, user=best.user,
+        found.append(sandbox.Confinement("bwrap", bwrap=best.bwrap, user=best.user,
                                                group=best.group, reasons=["forced"]))
     if best.level == "namespaces":
         found.append(best)
@@ -262,30 +262,30 @@ def test_the_time_limit_is_cpu_time():
     for work, ended in (("spin", True), ("sleep", False)):
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child
-            grade_sandbox.limit_cpu(1, final=True)
+            sandbox.limit_cpu(1, final=True)
             end = time.monotonic() + 4
             while time.monotonic() < end:
                 if work == "sleep":
                     time.sleep(0.1)
             os._exit(0)
         _, status = os.waitpid(pid, 0)
-        assert grade_sandbox.ended_by_cpu_limit(status) is ended, (work, status)
+        assert sandbox.ended_by_cpu_limit(status) is ended, (work, status)
 
 
 def test_the_levels_are_described_and_degrade_with_a_warning(capsys):
-    conf = grade_sandbox.Confinement("rlimits", reasons=["bubblewrap is not installed"])
+    conf = sandbox.Confinement("rlimits", reasons=["bubblewrap is not installed"])
     assert "NO SANDBOX" in conf.describe()
     assert conf.warning().startswith("warning: students' code is confined at the 'rlimits' "
                                      "level only")
-    assert grade_sandbox.probe().warning() is None or grade_sandbox.probe().level != (
+    assert sandbox.probe().warning() is None or sandbox.probe().level != (
         "namespaces")
 
 
-@pytest.mark.skipif(not grade_sandbox.cgroups_allowed(), reason="no cgroups may be made here")
+@pytest.mark.skipif(not sandbox.cgroups_allowed(), reason="no cgroups may be made here")
 def test_a_chapter_sandbox_cgroup_bounds_and_ends_everything_in_it():
     """Where cgroups may be made, each chapter's sandbox has one: its processes are in it, and
     killing it ends them all, however they detached themselves."""
-    cgroup = grade_sandbox.Cgroup.make("flashlib-grade-test")
+    cgroup = sandbox.Cgroup.make("flashlib-grade-test")
     assert cgroup is not None
     try:
         proc = subprocess.Popen(["sh", "-c", "setsid sleep 31416 & sleep 31416"])
@@ -301,19 +301,19 @@ def test_a_chapter_sandbox_cgroup_bounds_and_ends_everything_in_it():
     finally:
         cgroup.kill()
         cgroup.remove()
-    assert not any(grade_sandbox.CGROUP_ROOT.rglob("flashlib-grade-test"))
-    assert "cgroup of its own" in grade_sandbox.probe().describe()
+    assert not any(sandbox.CGROUP_ROOT.rglob("flashlib-grade-test"))
+    assert "cgroup of its own" in sandbox.probe().describe()
 
 
 def test_a_timeout_on_a_busy_machine_says_so(monkeypatch):
     """A wall-clock timeout while the machine has more work than cores gets a note saying
     the code may be right."""
-    from tools import grade_judge
+    from grading import judge
 
-    monkeypatch.setattr(grade_judge.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    monkeypatch.setattr(grade_judge.os, "getloadavg", lambda: (1.5, 1.0, 1.0))
-    assert grade_judge.machine_busy() is None
-    monkeypatch.setattr(grade_judge.os, "getloadavg", lambda: (12.3, 9.0, 8.0))
-    note = grade_judge.machine_busy()
+    monkeypatch.setattr(judge.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(judge.os, "getloadavg", lambda: (1.5, 1.0, 1.0))
+    assert judge.machine_busy() is None
+    monkeypatch.setattr(judge.os, "getloadavg", lambda: (12.3, 9.0, 8.0))
+    note = judge.machine_busy()
     assert note.startswith("the machine was busy when the time ran out (load average 12.3 on "
                            "2 cores)"), note

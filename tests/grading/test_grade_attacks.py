@@ -1,9 +1,9 @@
-"""tools/grade.py against the attacks of issue 25: each one, handed in by a student, changes no
+"""grading/grade.py against the attacks of issue 25: each one, handed in by a student, changes no
 grade but that student's own exercise, and is reported to the instructor.
 
 The class: two honest students (alice answers everything right, bob answers 3.1 and hands
 3.4 back wrong), graded once alone (the baseline) and once with an attacker per attack
-(tools/grade_class.py's CHEATS and ATTACKS).  Each attacker answers 3.1 to 3.3 right and
+(grading/made_up_class.py's CHEATS and ATTACKS).  Each attacker answers 3.1 to 3.3 right and
 puts the attack in Exercise 3.4, the last of the chapter (so that no later exercise of theirs
 runs it again as an earlier cell); a cheat is put after a wrong counterexample, which its trick
 would have to turn into a pass, an attack before the right answer (which may then pass:
@@ -22,7 +22,8 @@ import time
 import nbformat
 import pytest
 
-from tools import grade, grade_class, notebooks
+from grading import chapters, grade, made_up_class
+from tools import notebooks
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]  # slow: a class graded in the sandbox
 
@@ -33,7 +34,7 @@ WRONG_COUNTEREXAMPLE = """
 a = partial_attention(np.array([[0.0, 1.0]]), np.array([[1.0], [2.0]]))
 b = partial_attention(np.array([[1.0, 0.0]]), np.array([[5.0], [6.0]]))
 """
-ATTACKS = {**grade_class.CHEATS, **grade_class.ATTACKS}
+ATTACKS = {**made_up_class.CHEATS, **made_up_class.ATTACKS}
 #: What each attack's own exercise must show besides "not passed" (a phrase of its
 #: first_problem or of its flags).
 SIGNS = {
@@ -58,7 +59,7 @@ def student(attack: str) -> str:
 def notebook(answers: dict[str, str]) -> nbformat.NotebookNode:
     nb = nbformat.read(notebooks.target(CHAPTER, student=True), as_version=4)
     nb = copy.deepcopy(nb)
-    cells = grade.exercise_cells(nb)
+    cells = chapters.exercise_cells(nb)
     for number, source in answers.items():
         (index,) = cells[number]
         nb.cells[index].source = source.strip("\n")
@@ -67,11 +68,11 @@ def notebook(answers: dict[str, str]) -> nbformat.NotebookNode:
 
 def right_answers() -> dict[str, str]:
     official = nbformat.read(notebooks.target(CHAPTER, student=True), as_version=4)
-    cells = grade.exercise_cells(official)
-    solutions = grade_class.solutions(CHAPTER)
+    cells = chapters.exercise_cells(official)
+    solutions = made_up_class.solutions(CHAPTER)
     answers = {}
     for number, (index,) in cells.items():
-        call = grade_class.CHECK_CALL.findall(official.cells[index].source)[-1]
+        call = made_up_class.CHECK_CALL.findall(official.cells[index].source)[-1]
         code = solutions[number]
         answers[number] = code if call in code else f"{code}\n\n\n{call}"
     return answers
@@ -86,11 +87,11 @@ def write_class(folder, attacks: list[str]) -> None:
         nbformat.write(notebook(answers), folder / name / "online-softmax.ipynb")
     for attack in attacks:
         code = ATTACKS[attack].replace("{call}", "check_merge_counterexample(a, b)")
-        if attack in grade_class.CHEATS:
+        if attack in made_up_class.CHEATS:
             code = WRONG_COUNTEREXAMPLE + code
         else:
             code = code + "\n\n" + right["3.4"]
-        code = grade_class.hostile(code, folder)
+        code = made_up_class.hostile(code, folder)
         answers = {n: right[n] for n in ("3.1", "3.2", "3.3")} | {"3.4": code}
         (folder / student(attack)).mkdir()
         nbformat.write(notebook(answers), folder / student(attack) / "online-softmax.ipynb")
@@ -120,7 +121,7 @@ def runs(tmp_path_factory):
     time.sleep(5)  # the daemon would have rewritten the reports by now
     try:
         yield {"baseline": table(base / "report"), "attacked": table(report), "rows": rows,
-               "report": report, "canary": attacked / "subs" / grade_class.CANARY,
+               "report": report, "canary": attacked / "subs" / made_up_class.CANARY,
                "right_after": right_after}
     finally:
         BOOK_CANARY.unlink(missing_ok=True)
@@ -141,7 +142,7 @@ def test_an_attack_changes_its_own_exercise_only_and_is_reported(runs, attack):
     for number in ("3.1", "3.2", "3.3"):  # the attacker's other exercises: right, passed
         assert rows[number]["status"] == "passed", (attack, rows[number])
     own = rows["3.4"]
-    if attack in grade_class.CHEATS:  # the trick would have to turn a wrong answer into a pass
+    if attack in made_up_class.CHEATS:  # the trick would have to turn a wrong answer into a pass
         assert own["status"] != "passed", (attack, own)
     # an attack followed by a right answer may pass: it changed nothing, and it is flagged
     assert SIGNS[attack] in own["flags"], (attack, own)

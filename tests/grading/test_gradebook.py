@@ -1,6 +1,6 @@
-"""The class's files (tools/gradebook.py): a roster mapped to the notebooks, learning
+"""The class's files (grading/gradebook.py): a roster mapped to the notebooks, learning
 platforms' export names recognised as one student, the wide gradebook.csv and one feedback
-file per student; and the flags for the instructor (tools/grade_lint.py)."""
+file per student; and the flags for the instructor (grading/lint.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from grading import cli, grade, gradebook, lint
 from tests.helpers import student_notebook
-from tools import grade, grade_lint, gradebook
 
 CHAPTER = grade.ROOT / "book" / "online-softmax.md"
 RIGHT_EMPTY = """
@@ -94,7 +94,7 @@ def graded(tmp_path_factory):
     nbformat.write(good, subs / "nunezchloe_1003_5552_online-softmax.ipynb")
     nbformat.write(good, subs / "stranger_2000_5553_online-softmax.ipynb")
     out = folder / "report"
-    assert grade.main([str(subs), "--out", str(out), "--roster", str(roster), "--timeout",
+    assert cli.main([str(subs), "--out", str(out), "--roster", str(roster), "--timeout",
                        "20"]) == 0
     with open(out / "gradebook.csv", encoding="utf-8", newline="") as f:
         book = list(csv.DictReader(f))
@@ -147,7 +147,7 @@ def test_one_feedback_file_per_student(graded):
 
 
 def test_flags_for_the_instructor():
-    flags = grade_lint.flags([
+    flags = lint.flags([
         "import numpy as np\nnp.allclose = lambda *a, **k: True\n",
         "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n",
         "import sys\nprint(sys.argv)\nopen('/proc/self/status').read()\n",
@@ -158,11 +158,11 @@ def test_flags_for_the_instructor():
                    "imports signal", "reads sys.argv", "names the path or file '/proc/self",
                    "imports flashlib's `merge_partials`", "patches `Feedback` (setattr)"):
         assert phrase in text, phrase
-    assert grade_lint.flags(["def merge(a, b):\n    return np.maximum(a[0], b[0])\n"]) == []
+    assert lint.flags(["def merge(a, b):\n    return np.maximum(a[0], b[0])\n"]) == []
 
 
 def test_same_answer_typed_again_has_the_same_fingerprint():
     a = "def f(x):\n    return x + 1  # mine\n"
     b = "def f(x):\n\n    return x+1\n"
-    assert grade_lint.fingerprint([a]) == grade_lint.fingerprint([b])
-    assert grade_lint.fingerprint([a]) != grade_lint.fingerprint(["def f(x):\n    return x\n"])
+    assert lint.fingerprint([a]) == lint.fingerprint([b])
+    assert lint.fingerprint([a]) != lint.fingerprint(["def f(x):\n    return x\n"])

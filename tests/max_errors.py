@@ -1,7 +1,7 @@
 """Largest errors of every forward and backward function against float64, per dtype.
 
 Uses the test suite's independent float64 reference (tests/helpers.py) and torch autograd.
-Run from the repository root: .venv/bin/python -m tools.max_errors
+Run from the repository root: .venv/bin/python -m tests.max_errors
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The generated parts of the instructor guide (book/instructor.md includes them):
 
-    .venv/bin/python -m tools.instructor_files exercises    # book/instructor/exercises.md
-    .venv/bin/python -m tools.instructor_files course       # book/instructor/course.md
-    .venv/bin/python -m tools.instructor_files report [--keep FOLDER]
+    .venv/bin/python -m grading.instructor_files exercises    # book/instructor/exercises.md
+    .venv/bin/python -m grading.instructor_files course       # book/instructor/course.md
+    .venv/bin/python -m grading.instructor_files report [--keep FOLDER]
                                                      # book/instructor/sample-report.md
 
 ``exercises``: every exercise of the book, its checker and what the checker checks.
@@ -10,7 +10,7 @@
 the chapters (words of prose, outside code, math and solutions, read at :data:`WPM` words a
 minute) and its exercises.  Both are fast; a test fails when a committed file is out of date.
 ``report``: a sample class, six students' notebooks of the chapter "Beyond
-FlashAttention-1", graded by tools/grade.py; its Markdown summary, headings demoted to sit
+FlashAttention-1", graded by grading/grade.py; its Markdown summary, headings demoted to sit
 under the guide's "##" heading.
 
 The students (the student edition of the chapter with their answers in the exercise cells):
@@ -30,7 +30,9 @@ from pathlib import Path
 
 import nbformat
 
-from tools import grade, notebooks, toc
+from grading import chapters as grading_chapters
+from grading import grade
+from tools import notebooks, toc
 from tools.paths import ROOT
 
 CHAPTER = ROOT / "book" / "beyond.md"
@@ -126,11 +128,11 @@ STUDENTS = {
 
 def write_class(folder: Path) -> None:
     """One folder per student holding their beyond.ipynb."""
-    from tools.grade_class import solutions
+    from grading.chapters import solutions
 
     official = nbformat.read(notebooks.target(CHAPTER, student=True), as_version=4)
-    cells = grade.exercise_cells(official)
-    numbers = sorted(cells, key=grade.number_key)
+    cells = grading_chapters.exercise_cells(official)
+    numbers = sorted(cells, key=grading_chapters.number_key)
     published = solutions(CHAPTER)
     for student, answers in STUDENTS.items():
         nb = copy.deepcopy(official)
@@ -152,11 +154,11 @@ def demoted(markdown: str) -> str:
 
 def exercise_table() -> str:
     """Markdown: one row per exercise (chapter, number, the checker's title and what it
-    checks), narrow enough for the page; ``tools/grade.py --list-exercises`` gives more."""
+    checks), narrow enough for the page; ``python -m grading --list-exercises`` gives more."""
     lines = ["| chapter | exercise | checker | what it checks |", "| --- | --- | --- | --- |"]
-    for chapter in grade.load_chapters().values():
-        for number in sorted(chapter.exercises, key=grade.number_key):
-            title, doc = grade.checker_description(chapter.exercises[number].checker)
+    for chapter in grading_chapters.load_chapters().values():
+        for number in sorted(chapter.exercises, key=grading_chapters.number_key):
+            title, doc = grading_chapters.checker_description(chapter.exercises[number].checker)
             doc = doc.replace("|", "\\|")
             lines.append(f"| {{doc}}`{chapter.name}` | {number} | {title} | "
                          f"{doc} |")
@@ -261,13 +263,13 @@ def prose_words(source: Path) -> int:
 
 def course_plan() -> str:
     """Markdown: the meetings, their pre-reading (computed), exercises and outcomes."""
-    chapters = grade.load_chapters()
+    chapters = grading_chapters.load_chapters()
     titles = toc.page_titles()
     stats = {}
     for name in chapters:
         source = ROOT / "book" / f"{name}.md"
         stats[name] = (prose_words(source), sorted(chapters[name].exercises,
-                                                   key=grade.number_key))
+                                                   key=grading_chapters.number_key))
     planned = [c for m in MEETINGS for c in m["chapters"]] + OPTIONAL
     missing = sorted({n for n, c in chapters.items() if c.exercises} - set(planned))
     if missing:
@@ -295,7 +297,7 @@ def course_plan() -> str:
             lines.append(f"   - {outcome} ({', '.join(numbers)})")
     assessed = {n for m in MEETINGS for _, ns in m["outcomes"] for n in ns}
     unassessed = sorted({n for c in planned if c not in OPTIONAL for n in stats[c][1]}
-                        - assessed, key=grade.number_key)
+                        - assessed, key=grading_chapters.number_key)
     if unassessed:
         raise ValueError(f"exercises no outcome names: {unassessed}")
     total = sum(stats[c][0] for m in MEETINGS for c in m["chapters"])

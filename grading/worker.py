@@ -1,12 +1,12 @@
-"""The sandbox side of tools/grade.py: a chapter's process (the *zygote*) and, forked from
+"""The sandbox side of grading/grade.py: a chapter's process (the *zygote*) and, forked from
 it, one process per student's exercise.  Neither decides a grade.
 
-    python -m tools.grade_worker CONTROL_FD     # started by tools/grade_judge.py, sandboxed
+    python -m grading.worker CONTROL_FD     # started by grading/zygote.py, sandboxed
 
 The zygote runs the chapter's own code cells in order (from the student notebook the book
 generates, never a student's copy), as Jupyter would: IPython, matplotlib's Agg backend, one
 BLAS thread, working directory an empty folder.  Its judge drives it over the control socket
-(JSON messages framed by tools/grade_rpc.py):
+(JSON messages framed by grading/rpc.py):
 
     {"op": "run_to", "number": "3.2"}   run the chapter's cells up to Exercise 3.2's place
                                         -> {"ev": "at", "number": ...} (or "context_error"s
@@ -19,7 +19,7 @@ BLAS thread, working directory an empty folder.  Its judge drives it over the co
 
 The zygote never receives a student's code: each exercise's process gets its cells over its
 own socket, after the fork, so no process holds another student's work.  The exercise's
-process confines itself first (tools/grade_sandbox.py: its own namespaces, a private /tmp,
+process confines itself first (grading/sandbox.py: its own namespaces, a private /tmp,
 resource limits, no capability), then serves its judge (:func:`serve`): it runs the
 student's earlier exercise cells and this exercise's cells in the chapter's namespace, and
 hands the judge what the checker call names (``merge``) as data or as handles; the judge
@@ -46,8 +46,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from tools import grade_rpc as rpc
-from tools import grade_sandbox as sandbox
+from grading import rpc, sandbox
 
 #: Where the exercises' folders go when they share the chapter's sandbox (levels bwrap and
 #: rlimits; at the namespaces level each has a private /tmp).
@@ -270,14 +269,17 @@ class Server:
     def call(self, header: dict[str, Any], buffers: list[bytes]) -> None:
         import numpy as np
 
-        from flashlib.book.exercises import watching
-        from flashlib.core.measure import measure_peak
+        from flashlib.book.exercises.grader_adapter import (
+            CHECKER_PACKAGE,
+            measure_peak,
+            watching,
+        )
 
         if header["op"] == "call":
             fn = self.objects[header["ref"]]
         else:
             module, name = header["module"], header["qualname"]
-            if not module.startswith("flashlib.book.exercises"):
+            if not module.startswith(CHECKER_PACKAGE):
                 raise ValueError(f"{module} is not a checker module")
             fn = getattr(importlib.import_module(module), name)
             fn = getattr(fn, "__wrapped__", fn)

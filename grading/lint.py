@@ -1,11 +1,11 @@
-"""What tools/grade.py flags in a student's exercise cells for the instructor to look at.
+"""What grading/grade.py flags in a student's exercise cells for the instructor to look at.
 
 A flag is not a verdict: the grade is the checker's.  It points at code that has no business
 in an exercise and that a cheat or an attack would need: patching a checker or numpy,
 reaching into the interpreter (frames, the garbage collector, ctypes), signals and
 processes (``os.kill``, ``os.fork``, ``setsid``), the grader's command line (``sys.argv``),
 ``/proc`` and other students' or the instructor's files, running code from strings, or
-naming the library function the exercise asks the student to write.  tools/grade.py adds
+naming the library function the exercise asks the student to write.  grading/grade.py adds
 what it saw happen (a process left running, a grading process killed) and the answers that
 are identical to a classmate's or to the book's published solution.
 
@@ -39,6 +39,8 @@ MODULES = {
     "requests": "reaches the network (requests)",
     "http": "reaches the network (http)",
 }
+#: The exercises' declared mistakes (not installed with flashlib, hidden in the sandbox).
+MISTAKES = "flashlib.book.exercises.mistakes"
 #: Calls flagged wherever they appear: ``module.attribute`` -> why.
 CALLS = {
     "os.kill": "sends a signal to a process (os.kill)",
@@ -145,6 +147,9 @@ def flags(cells: list[str], forbidden: tuple[str, ...] | list[str] = ()) -> list
                     root = name.split(".")[0]
                     if root in MODULES:
                         flag(line, f"imports {name}: {MODULES[root]}")
+                    if name.startswith(MISTAKES):
+                        flag(line, f"imports {name}: the checkers' declared mistakes, most "
+                                   "of them a right answer with one change")
                 if isinstance(node, ast.ImportFrom):
                     for alias in node.names:
                         if alias.name in short:

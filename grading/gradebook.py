@@ -1,4 +1,4 @@
-"""The class's side of tools/grade.py: who handed in what, and the files to hand back.
+"""The class's side of grading/grade.py: who handed in what, and the files to hand back.
 
 Who a notebook belongs to.  The submissions folder may hold one folder per student (any
 depth: nbgrader's ``submitted/<student>/<assignment>/NAME.ipynb``), notebooks directly in

@@ -1,11 +1,11 @@
-"""Confinement of the students' code for tools/grade.py: what the platform offers, the
+"""Confinement of the students' code for grading/grade.py: what the platform offers, the
 bubblewrap command line, and the namespace and limit calls made inside the sandbox.
 
 Three levels, the best the machine allows (:func:`probe`; `make grade` prints which one and
 the report's summary.md says it):
 
 ``namespaces`` (Linux with bubblewrap and user namespaces)
-    The chapter's process (the *zygote*, tools/grade_worker.py) runs under bubblewrap
+    The chapter's process (the *zygote*, grading/worker.py) runs under bubblewrap
     (``bwrap``): a new user, PID, network, IPC and UTS namespace, no network, the system and
     the Python environment read-only, flashlib's package and the worker's own two files
     read-only, nothing else of the machine (not the submissions, not the reports, not the
@@ -27,7 +27,7 @@ the report's summary.md says it):
     end.  ``make grade`` warns.  Grade in a container or a throw-away account.
 
 On every level: the verdict is computed by the judge, a process the student's code cannot
-reach (tools/grade_judge.py), and each exercise's process gets resource limits
+reach (grading/judge.py), and each exercise's process gets resource limits
 (:data:`LIMITS`: address space, processes, open files, file size, no core dumps; and the
 CPU time of :func:`limit_cpu`, the exercise's time limit).  Where this
 process may make cgroups (root, or a delegated cgroup v2 subtree with the memory and pids
@@ -65,8 +65,11 @@ LIMITS = {
 #: The uid and gid the sandbox runs as when the grader runs as root.
 NOBODY = 65534
 #: The files of the repository the sandbox sees (read-only), besides the flashlib package.
-WORKER_FILES = ("tools/__init__.py", "tools/grade_worker.py", "tools/grade_rpc.py",
-                "tools/grade_sandbox.py")
+WORKER_FILES = ("grading/__init__.py", "grading/worker.py", "grading/rpc.py",
+                "grading/sandbox.py")
+#: Folders of the flashlib package the sandbox does not see: the exercises' declared mistakes
+#: (flashlib/book/exercises/mistakes/), many of them a right answer with one change.
+HIDDEN = ("flashlib/book/exercises/mistakes",)
 #: Environment variables passed into the sandbox as they are (all others are cleared).
 PASS_ENV = ("LANG", "LC_ALL", "TZ", "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES",
             "FLASHLIB_REQUIRE_ALL")
@@ -109,7 +112,7 @@ class Confinement:
         return (f"warning: students' code is confined at the '{self.level}' level only: "
                 f"{WHAT[self.level]}. Why: {'; '.join(self.reasons) or 'see above'}. "
                 "The grades are still decided outside the students' processes "
-                "(tools/grade_judge.py). See the instructor guide, 'What each platform gets'.")
+                "(grading/judge.py). See the instructor guide, 'What each platform gets'.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,6 +200,9 @@ def bwrap_command(bwrap: str, workdir: Path, mpl_cache: Path | None = None,
     for path in [*_python_paths(), *_repo_paths()]:
         if path.exists() and not any(path.is_relative_to(Path("/") / d) for d in SYSTEM):
             bind(path)
+    for path in HIDDEN:  # an empty, read-only folder in their place
+        if (ROOT / path).is_dir():
+            cmd += ["--tmpfs", str(ROOT / path), "--remount-ro", str(ROOT / path)]
     if mpl_cache is not None and mpl_cache.is_dir():  # matplotlib's font list, read once
         cmd += ["--ro-bind", str(mpl_cache), inside("matplotlib")]
     for dev in sorted(Path("/dev").glob("nvidia*")):  # a GPU, for the GPU chapter
@@ -233,8 +239,7 @@ def matplotlib_cache() -> Path | None:
 
 _PROBE = """
 import sys
-sys.path.insert(0, {root!r})
-from tools import grade_sandbox as s
+from grading import sandbox as s  # found through PYTHONPATH (sandbox_env)
 s.become(*s.user_from_env())
 pid = s.os.fork()
 if pid == 0:
@@ -264,7 +269,7 @@ def probe() -> Confinement:
     user = group = NOBODY if os.geteuid() == 0 else None
     conf = Confinement("bwrap", bwrap=bwrap, user=user, group=group, reasons=reasons)
     try:
-        out = run_sandboxed(conf, [sys.executable, "-c", _PROBE.format(root=str(ROOT))],
+        out = run_sandboxed(conf, [sys.executable, "-c", _PROBE],
                             capture=True, timeout=60)
     except (OSError, subprocess.SubprocessError) as err:
         return Confinement("rlimits", cgroups=cgroups_allowed(),

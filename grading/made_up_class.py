@@ -1,6 +1,6 @@
 """A made-up class of students' notebooks, to try `make grade` before a real class hands in.
 
-    python -m tools.grade_class FOLDER [--students 40] [--chapters overflow beyond ...]
+    python -m grading.made_up_class FOLDER [--students 40] [--chapters overflow beyond ...]
     make grade SUBMISSIONS=FOLDER GRADE_ARGS="--jobs 2"
 
 Writes FOLDER/<student>/<chapter>.ipynb: the student edition (notebooks/student/) with each
@@ -29,7 +29,7 @@ sandbox their code runs with your permissions (the attacks aim at the class's ow
 The cheats and attacks are those an instructor's review of the grader tried (issue 25): a
 forged result, a patched checker or numpy, a classmate's answer, a result line appended, a
 daemon that outlives its exercise, a parent kill, a fork bomb, 6 GiB of memory, 200 MiB of
-files.  tests/tools/test_grade_attacks.py grades each one and checks that nothing but the
+files.  tests/grading/test_grade_attacks.py grades each one and checks that nothing but the
 attacker's own exercise changes.
 """
 
@@ -42,6 +42,7 @@ from pathlib import Path
 
 import nbformat
 
+from grading.chapters import exercise_cells, number_key, solutions
 from tools import notebooks, toc
 from tools.paths import ROOT
 
@@ -49,8 +50,6 @@ PROFILES = ("solution", "blank", "partial", "mistake", "crash", "loop", "paralle
             "destructive")
 #: The profiles that attack the grader: written only when asked (``--hostile``).
 HOSTILE = ("cheater", "destructive")
-SOLUTION_SUMMARY = re.compile(r"<summary>Solution to Exercise (?P<number>[\d.]+)")
-PYTHON_BLOCK = re.compile(r"^```python\n(?P<code>.*?)^```", re.MULTILINE | re.DOTALL)
 CHECK_CALL = re.compile(r"^(?P<call>check_\w+\(.*\))\s*$", re.MULTILINE)
 
 #: Tricks on the grader's verdict.  Each is an exercise cell; ``{call}`` stands for the
@@ -224,47 +223,6 @@ def {name}(*args, **kwargs):
 """
 
 
-#: Solutions the book gives in words or through a library function: what a student writes.
-SOLUTION_FIXES = {
-    "4.5": 'answer = "a"',
-    "5.4": """def count_tiles(n, block_q, block_k):
-    computed = masked = 0
-    for i0 in range(0, n, block_q):
-        i1 = min(i0 + block_q, n)
-        for j0 in range(0, i1, block_k):  # tiles whose first key the last row sees
-            computed += 1
-            masked += min(j0 + block_k, n) - 1 > i0  # top-right entry hidden
-    return computed, masked""",
-}
-
-
-def solutions(source: Path) -> dict[str, str]:
-    """``{exercise number: the code of its solution}``: the ```python blocks and the code
-    cells of each "Solution to Exercise" in the chapter's notebook (notebooks/NAME.ipynb)."""
-    nb = nbformat.read(notebooks.target(source), as_version=4)
-    found: dict[str, list[str]] = {}
-    open_number = None
-    for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            for part in re.split(r"(?=<details>)", cell.source):
-                summary = SOLUTION_SUMMARY.search(part)
-                if summary:
-                    open_number = summary["number"]
-                if open_number is not None:
-                    found.setdefault(open_number, []).extend(
-                        m["code"] for m in PYTHON_BLOCK.finditer(part))
-                if "</details>" in part:
-                    open_number = None
-        elif cell.cell_type == "code":
-            title = re.match(r"#@title Solution to Exercise ([\d.]+)", cell.source)
-            if title:
-                found.setdefault(title[1], []).append(cell.source.split("\n", 1)[1])
-    found = {number: "\n\n".join(code.strip("\n") for code in codes)
-             for number, codes in found.items() if codes}
-    prefix = f"{toc.chapter_number(source)}."
-    return found | {n: code for n, code in SOLUTION_FIXES.items() if n.startswith(prefix)}
-
-
 def defined_name(code: str) -> str | None:
     """The last top-level function or variable the code defines (what the checker gets)."""
     names = re.findall(r"^(?:def (\w+)|(\w+) = )", code, re.MULTILINE)
@@ -309,8 +267,6 @@ def student_notebook(source: Path, profile: str, folder: Path | None = None
                      ) -> nbformat.NotebookNode:
     """The chapter's student notebook as a student of ``profile`` hands it in (``folder``:
     the class's, whose ``.canary`` the hostile profiles aim at)."""
-    from tools.grade import exercise_cells, number_key
-
     nb = nbformat.read(notebooks.target(source, student=True), as_version=4)
     cells = exercise_cells(nb)
     found = solutions(source)

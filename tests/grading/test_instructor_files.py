@@ -1,17 +1,17 @@
-"""The generated parts of the instructor guide (tools/instructor_files.py) are up to date:
+"""The generated parts of the instructor guide (grading/instructor_files.py) are up to date:
 the table of exercises matches the chapters' checkers, and the sample grading report shows
 each kind of result the guide describes."""
 
 from __future__ import annotations
 
-from tools import instructor_files
+from grading import instructor_files
 from tools.paths import ROOT
 
 
 def test_exercise_table_is_current():
     assert instructor_files.EXERCISES.read_text() == instructor_files.exercise_table(), (
         "book/instructor/exercises.md is out of date: run "
-        ".venv/bin/python -m tools.instructor_files exercises")
+        ".venv/bin/python -m grading.instructor_files exercises")
 
 
 def test_course_plan_is_current_and_balanced():
@@ -21,10 +21,10 @@ def test_course_plan_is_current_and_balanced():
     plan = instructor_files.course_plan()
     assert instructor_files.COURSE.read_text() == plan, (
         "book/instructor/course.md is out of date: run "
-        ".venv/bin/python -m tools.instructor_files course")
-    from tools import grade
+        ".venv/bin/python -m grading.instructor_files course")
+    from grading import chapters as grading_chapters
 
-    chapters = grade.load_chapters()
+    chapters = grading_chapters.load_chapters()
     words, exercises = [], []
     for meeting in instructor_files.MEETINGS:
         words.append(sum(instructor_files.prose_words(ROOT / "book" / f"{c}.md")

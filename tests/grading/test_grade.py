@@ -1,4 +1,4 @@
-"""tools/grade.py: students' notebooks through the book's checkers, each exercise in its own
+"""grading/grade.py: students' notebooks through the book's checkers, each exercise in its own
 process with a time limit, the reports checked row by row.
 
 The class is made of copies of notebooks/student/online-softmax.ipynb (the chapter whose code
@@ -19,7 +19,8 @@ import re
 import nbformat
 import pytest
 
-from tools import convert, grade, notebooks, toc
+from grading import chapters, cli, grade, reports, submissions
+from tools import convert, notebooks, toc
 from tools.paths import ROOT
 
 CHAPTER = ROOT / "book" / "online-softmax.md"
@@ -119,7 +120,7 @@ def edited(answers: dict[str, str], drop: tuple[str, ...] = ()) -> nbformat.Note
     """The student notebook with exercise cells replaced (``answers``) or deleted (``drop``:
     the heading and the cell go)."""
     nb = copy.deepcopy(official())
-    cells = grade.exercise_cells(nb)
+    cells = chapters.exercise_cells(nb)
     for number, source in answers.items():
         (index,) = cells[number]
         nb.cells[index].source = source.strip("\n")
@@ -197,7 +198,7 @@ def test_every_row_of_the_report(graded):
     rows, out = graded
     with open(out / "results.csv", encoding="utf-8", newline="") as f:
         table = list(csv.DictReader(f))
-    assert list(table[0]) == grade.CSV_COLUMNS
+    assert list(table[0]) == reports.CSV_COLUMNS
     assert len(table) == len(rows)
     nb = "{}/online-softmax.ipynb"
     raised = first_problem("check_online_update", lambda m, l, x: 1 / 0)
@@ -312,7 +313,7 @@ def test_json_summary_and_exports(graded):
 
     with open(out / "nbgrader_grades.csv", encoding="utf-8", newline="") as f:
         nbgrader = list(csv.DictReader(f))
-    assert list(nbgrader[0]) == grade.NBGRADER_COLUMNS
+    assert list(nbgrader[0]) == reports.NBGRADER_COLUMNS
     scores = {(r["assignment"], r["student_id"]): (r["score"], r["max_score"])
               for r in nbgrader}
     assert scores[("online-softmax", "alice")] == ("4.0", "4.0")
@@ -341,9 +342,9 @@ def test_every_exercise_of_the_book_can_be_graded():
     call of a checker imported from flashlib.book.exercises, and uses no name that another
     exercise's cell defines (each exercise runs alone, in the chapter's namespace)."""
     for source in toc.chapters():
-        chapter = grade.load_chapter(source)
+        chapter = chapters.load_chapter(source)
         nb = convert.clean_notebook(source, student=True)
-        cells = grade.exercise_cells(nb)
+        cells = chapters.exercise_cells(nb)
         assert not chapter.ungraded, f"{source.name}: exercises without a checker call"
         assert set(chapter.exercises) == set(cells)
         assert [v for k, v in chapter.steps if k == "exercise"] == list(cells)
@@ -357,35 +358,35 @@ def test_every_exercise_of_the_book_can_be_graded():
             used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - mine
             shared = {name: defined[name] for name in used if name in defined}
             assert not shared, (f"{source.name} Exercise {number} uses {shared} from other "
-                                "exercises: tools/grade.py runs each exercise alone")
+                                "exercises: grading/grade.py runs each exercise alone")
             defined |= dict.fromkeys(mine, number)
             assert chapter.exercises[number].checker.startswith("flashlib.book.exercises.")
 
 
 def test_exercise_cells_ignore_the_students_own_markdown():
     nb = official()
-    chapter = grade.load_chapter(CHAPTER)
-    (index,) = grade.exercise_cells(nb)["3.2"]
+    chapter = chapters.load_chapter(CHAPTER)
+    (index,) = chapters.exercise_cells(nb)["3.2"]
     nb.cells.insert(index + 1, nbformat.v4.new_markdown_cell("My notes: merge is symmetric."))
     nb.cells.insert(index + 2, nbformat.v4.new_code_cell("print(merge)"))
-    assert grade.exercise_cells(nb, chapter.markdown)["3.2"] == [index, index + 2]
-    assert grade.exercise_cells(nb)["3.2"] == [index]
+    assert chapters.exercise_cells(nb, chapter.markdown)["3.2"] == [index, index + 2]
+    assert chapters.exercise_cells(nb)["3.2"] == [index]
 
 
 def test_chapter_found_by_title_then_by_file_name(tmp_path):
-    chapters = grade.load_chapters()
+    found = chapters.load_chapters()
     nb = official()
-    assert grade.match_chapter(nb, tmp_path / "x.ipynb", chapters).name == "online-softmax"
+    assert submissions.match_chapter(nb, tmp_path / "x.ipynb", found).name == "online-softmax"
     untitled = nbformat.v4.new_notebook()
     for name in ("overflow.ipynb", "Copy of overflow.ipynb", "overflow (1).ipynb"):
-        assert grade.match_chapter(untitled, tmp_path / name, chapters).name == "overflow"
-    assert grade.match_chapter(untitled, tmp_path / "mine.ipynb", chapters) is None
+        assert submissions.match_chapter(untitled, tmp_path / name, found).name == "overflow"
+    assert submissions.match_chapter(untitled, tmp_path / "mine.ipynb", found) is None
 
 
 def test_list_exercises_describes_every_checker():
-    table = grade.exercise_table()
+    table = chapters.exercise_table()
     lines = [line for line in table.splitlines()[2:]]
-    n_exercises = sum(len(grade.load_chapter(s).exercises) for s in toc.chapters())
+    n_exercises = sum(len(chapters.load_chapter(s).exercises) for s in toc.chapters())
     assert len(lines) == n_exercises
     for line in lines:
         *_, what = line.rstrip(" |").split(" | ")
@@ -399,7 +400,7 @@ def test_command_line(tmp_path, capsys):
     folder = tmp_path / "subs"
     folder.mkdir()
     nbformat.write(edited({"3.3": CORRECT["3.3"]}), folder / "ivy.ipynb")
-    assert grade.main([str(folder), "--out", str(tmp_path / "out"), "--timeout", "20"]) == 0
+    assert cli.main([str(folder), "--out", str(tmp_path / "out"), "--timeout", "20"]) == 0
     assert "graded 4 rows: 1 passed, 3 not attempted in" in capsys.readouterr().out
     with open(tmp_path / "out" / "results.csv", encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -407,10 +408,10 @@ def test_command_line(tmp_path, capsys):
         ("ivy", "3.1", "not attempted"), ("ivy", "3.2", "not attempted"), ("ivy", "3.3", "passed"),
         ("ivy", "3.4", "not attempted")]
     with pytest.raises(SystemExit, match="--chapters: no chapter nope"):
-        grade.main([str(folder), "--chapters", "nope", "--out", str(tmp_path / "x")])
+        cli.main([str(folder), "--chapters", "nope", "--out", str(tmp_path / "x")])
     with pytest.raises(SystemExit):
-        grade.main([str(tmp_path / "not-there")])
-    assert grade.main(["--list-exercises"]) == 0
+        cli.main([str(tmp_path / "not-there")])
+    assert cli.main(["--list-exercises"]) == 0
     assert "| online-softmax | 3.4 | `check_merge_counterexample(a, b)` |" in (
         capsys.readouterr().out)
 
@@ -418,9 +419,9 @@ def test_command_line(tmp_path, capsys):
 def test_a_chapter_that_fails_here_is_reported_not_fatal(tmp_path):
     """The chapter's own cells: an error is reported and grading goes on; a worker that dies
     leaves its remaining tasks without result (grader-error rows, in grade())."""
-    exercise = grade.Exercise("1", "check_empty_partial(empty)", "check_empty_partial",
+    exercise = chapters.Exercise("1", "check_empty_partial(empty)", "check_empty_partial",
                               "flashlib.book.exercises.online_softmax.check_empty_partial")
-    chapter = grade.Chapter(
+    chapter = chapters.Chapter(
         "fake", "Fake", [
             ("code", "import numpy as np\n"
                      "from flashlib.book.exercises.online_softmax import check_empty_partial"),

@@ -1,0 +1,293 @@
+"""The backward chapter's declared mistakes (flashlib.book.exercises.backward)."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from flashlib.book.exercises.backward import (
+    check_delta_with_dlse,
+    check_ds_tile,
+    check_finite_differences,
+    check_masked_backward,
+    check_p_from_base2,
+)
+from flashlib.book.exercises.registry import Mistake, declare_mistakes
+from flashlib.core.constants import LN2, LOG2E
+
+# ---- 7.1 D when L has a gradient -------------------------------------------------------------
+
+
+def no_dl(O, dO, dL):
+    return np.sum(dO * O, axis=-1)
+
+
+def plus_dl(O, dO, dL):
+    return np.sum(dO * O, axis=-1) + dL
+
+
+def minus_dl_only(O, dO, dL):
+    return -dL
+
+
+def dl_only(O, dO, dL):
+    return dL
+
+
+def rowsum_o(O, dO, dL):
+    return np.sum(O, axis=-1) - dL
+
+
+def dl_as_a_column(O, dO, dL):
+    return np.sum(dO * O, axis=-1) - dL[:, None]
+
+
+def through_n_by_n(O, dO, dL):
+    return np.diag(dO @ O.T) - dL
+
+
+declare_mistakes(
+    check_delta_with_dlse,
+    Mistake("dL left out", (no_dl,), ("it leaves dL out",)),
+    Mistake("+ dL", (plus_dl,), ("the sign of dL",)),
+    Mistake("-dL only", (minus_dl_only,), ("D' still holds rowsum(dO * O)",)),
+    Mistake("dL only", (dl_only,), ("enters with a minus sign",)),
+    Mistake("rowsum(O)", (rowsum_o,), ("rowsum(O) is not D",)),
+    Mistake("dL as a column", (dl_as_a_column,), ("has shape (N_q, N_q)",)),
+    Mistake("an N x N product", (through_n_by_n,), ("as much as an (N, N) matrix",)),
+)
+
+
+# ---- 7.2 dS for one tile ---------------------------------------------------------------------
+
+def no_d(P, dP, D):
+    return P * dP
+
+
+def no_p(P, dP, D):
+    return dP - D[:, None]
+
+
+def unparenthesised(P, dP, D):
+    return P * dP - D[:, None]
+
+
+def sign_reversed(P, dP, D):
+    return P * (D[:, None] - dP)
+
+
+def p_and_dp_swapped(P, dP, D):
+    return dP * (P - D[:, None])
+
+
+def d_not_a_column(P, dP, D):
+    return P * (dP - D)
+
+
+def twice_p(P, dP, D):
+    return 2 * P
+
+
+def one_row(P, dP, D):
+    return P[:1]
+
+
+declare_mistakes(
+    check_ds_tile,
+    Mistake("D_i missing", (no_d,), ("D_i is missing",)),
+    Mistake("P_ij missing", (no_p,), ("multiply by P_ij",)),
+    Mistake("no parentheses", (unparenthesised,), ("parenthesise",)),
+    Mistake("the sign reversed", (sign_reversed,), ("the sign is reversed",)),
+    Mistake("P and dP swapped", (p_and_dp_swapped,), ("not dP_ij * (P_ij - D_i)",)),
+    Mistake("D_i not a column", (d_not_a_column,), ("subtract D_i[:, None]",)),
+    Mistake("something else", (twice_p,), ("expected",)),
+    Mistake("one row", (one_row,), ("dS_ij has shape",)),
+)
+
+
+# ---- 7.3 P from a base-2 logsumexp -----------------------------------------------------------
+
+def natural_exp(S, M):
+    return np.exp(S - M[:, None])
+
+
+def exp2_of_natural_scores(S, M):
+    return np.exp2(S - M[:, None])
+
+
+def times_log2e(S, M):
+    return np.exp(S - M[:, None] * LOG2E)
+
+
+def over_ln2(S, M):
+    return np.exp(S - M[:, None] / LN2)
+
+
+def tile_softmax(S, M):
+    e = np.exp(S - S.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def m_as_a_row(S, M):
+    return np.exp(S - M[None, :] * LN2)
+
+
+def wrong_only_when_shifted(S, M):  # where L < 0 the wrong base makes P too large
+    return np.exp(S - M[:, None] * (1.0 if S.max() < -5 else LN2))
+
+
+declare_mistakes(
+    check_p_from_base2,
+    Mistake("the ln 2 mistake", (natural_exp,),
+            ("the ln 2 mistake", "exp(S - M ln 2)", "multiplied by exp(L - M)")),
+    Mistake("exp2 of natural scores", (exp2_of_natural_scores,),
+            ("exp2 needs the scores in base 2",)),
+    Mistake("M times log2 e", (times_log2e,), ("not M log2 e = M / ln 2",)),
+    Mistake("M over ln 2", (over_ln2,), ("not M log2 e = M / ln 2",)),
+    Mistake("the tile's own softmax", (tile_softmax,), ("normalised over the tile",)),
+    Mistake("M as a row", (m_as_a_row,), ("M_i[:, None]",)),
+    Mistake("the ln 2 mistake on shifted scores", (wrong_only_when_shifted,),
+            ("scores shifted down", "the ln 2 mistake")),
+)
+
+
+# ---- 7.4 finite differences ------------------------------------------------------------------
+
+def _fd(f, X, h, *, forward=False, divisor=2.0, restore=True, copy=True, all_at_once=False,
+        own_h=None):
+    """Central differences, right by default, with one of the usual mistakes by keyword."""
+    h = own_h or h
+    X = np.array(X, dtype=float) if copy else X
+    grad = np.empty_like(X)
+    if all_at_once:
+        return np.full_like(X, (f(X + h) - f(X - h)) / (2 * h))
+    f0 = f(X)
+    for k in np.ndindex(X.shape):
+        orig = X[k]
+        X[k] = orig + h
+        plus = f(X)
+        if forward:
+            grad[k] = (plus - f0) / h
+        else:
+            X[k] = orig - h if restore else X[k] - 2 * h
+            grad[k] = (plus - f(X)) / (divisor * h)
+        if restore:
+            X[k] = orig
+    return grad
+
+
+def _differences(**mistake):
+    return functools.partial(_fd, **mistake)
+
+
+def in_float32(f, X, h):
+    """Right on the cubic (float64 there), but casting to float32 ruins the gradient check."""
+    if X.shape == (4, 3) and abs(h - 1e-5) < 1e-12:
+        X = X.astype(np.float32)
+        grad = np.empty_like(X)
+        for k in np.ndindex(X.shape):
+            orig = X[k]
+            X[k] = orig + np.float32(h)
+            plus = f(X.astype(np.float32))
+            X[k] = orig - np.float32(h)
+            minus = f(X)
+            X[k] = orig
+            grad[k] = (plus - minus) / (2 * h)
+        return grad
+    return _fd(f, X, h)
+
+
+def wrong_shape(f, X, h):
+    return np.zeros(3)
+
+
+declare_mistakes(
+    check_finite_differences,
+    Mistake("a forward difference", (_differences(forward=True),), ("forward difference",)),
+    Mistake("divided by h", (_differences(divisor=1.0),), ("divide by 2 h: the two points",)),
+    Mistake("divided by 4 h", (_differences(divisor=4.0),), ("not 4 h",)),
+    Mistake("entries not put back", (_differences(restore=False),), ("put each entry back",)),
+    Mistake("X changed", (_differences(copy=False, restore=False),),
+            ("changed the X it was given",)),
+    Mistake("every entry at once", (_differences(all_at_once=True),),
+            ("perturb one entry at a time",)),
+    Mistake("its own h", (_differences(own_h=1e-6),), ("use the step h you are given",)),
+    Mistake("in float32", (in_float32,),
+            ("gradient check of attention", "should agree to about 1e-10")),
+    Mistake("the wrong shape", (wrong_shape,), ("has shape",)),
+)
+
+
+# ---- 7.5 the tiled backward with a mask ------------------------------------------------------
+
+def _masked_backward(Q, K, V, O, L, dO, mask, B_r, B_c, mistake=None):
+    """A learner's masked FlashAttention-2 backward, written apart from the checker's own
+    model of the mistakes: right, or with one mistake."""
+    tau = 1 / np.sqrt(Q.shape[1])
+    D = np.sum(dO * O, axis=1)
+    if mistake == "no D":
+        D = np.zeros_like(D)
+    unguarded = mistake in ("NaN", "NaN zeroed")
+    L_use = L if unguarded else np.where(L == -np.inf, 0.0, L)
+    dQ, dK, dV = np.zeros_like(Q), np.zeros_like(K), np.zeros_like(V)
+    for j in range(0, len(K), B_c):
+        K_j, V_j = K[j:j + B_c], V[j:j + B_c]
+        if mistake == "no reset":  # buffers allocated once, zeroed once
+            if j == 0:
+                buf_K, buf_V = np.zeros((B_c, K.shape[1])), np.zeros((B_c, V.shape[1]))
+            dK_j, dV_j = buf_K[:len(K_j)], buf_V[:len(K_j)]
+        else:
+            dK_j, dV_j = np.zeros_like(K_j), np.zeros_like(V_j)
+        for i in range(0, len(Q), B_r):
+            Q_i, dO_i = Q[i:i + B_r], dO[i:i + B_r]
+            S_ij = Q_i @ K_j.T if mistake == "unscaled S" else tau * (Q_i @ K_j.T)
+            S_ij = np.where(mask[i:i + B_r, j:j + B_c], S_ij, -np.inf)
+            P_ij = np.exp(S_ij - L_use[i:i + B_r, None])
+            if mistake == "NaN zeroed":
+                P_ij = np.nan_to_num(P_ij)  # right values, after a warning
+            dV_j += (tau if mistake == "tau on dV" else 1.0) * (P_ij.T @ dO_i)
+            dP_ij = dO_i @ V_j.T
+            D_i = np.sum(P_ij * dP_ij, axis=1) if mistake == "tile D" else D[i:i + B_r]
+            dS_ij = P_ij * (dP_ij - D_i[:, None])
+            g = {"no tau": 1.0, "tau twice": tau * tau}.get(mistake, tau)
+            if mistake == "dQ written":
+                dQ[i:i + B_r] = g * (dS_ij @ K_j)
+            else:
+                dQ[i:i + B_r] += g * (dS_ij @ K_j)
+            dK_j += g * (dS_ij.T @ Q_i)
+        dK[j:j + B_c], dV[j:j + B_c] = dK_j, dV_j
+    return dQ, dK, dV
+
+
+def no_mask(Q, K, V, O, L, dO, mask, B_r, B_c):
+    return _masked_backward(Q, K, V, O, L, dO, np.ones_like(mask), B_r, B_c)
+
+
+def dense(Q, K, V, O, L, dO, mask, B_r, B_c):
+    return _masked_backward(Q, K, V, O, L, dO, mask, len(Q), len(K))
+
+
+def two_gradients(*args):
+    return _masked_backward(*args)[:2]
+
+
+declare_mistakes(
+    check_masked_backward,
+    *(Mistake(mistake, (functools.partial(_masked_backward, mistake=mistake),), hints)
+      for mistake, hints in [
+          ("no D", ("D is missing",)),
+          ("no tau", ("1/tau = sqrt(d) times too large",)),
+          ("tau twice", ("carry tau twice",)),
+          ("unscaled S", ("recompute it from the scaled scores",)),
+          ("dQ written", ("add into dQ (+=)",)),
+          ("tile D", ("over one tile covers only that tile's keys",)),
+          ("tau on dV", ("dV is tau times too small",)),
+          ("no reset", ("carry over from the previous key block",)),
+          ("NaN", ("exp(-inf - (-inf)) = NaN",)),
+          ("NaN zeroed", ("numpy warned", "the guard")),
+      ]),
+    Mistake("the mask ignored", (no_mask,), ("the mask is ignored",)),
+    Mistake("one tile of N x N", (dense,), ("as much as an (N, N) matrix",)),
+    Mistake("two gradients", (two_gradients,), ("return the tuple (dQ, dK, dV)",)),
+)

@@ -1,0 +1,128 @@
+"""The declared mistakes of "Beyond FlashAttention-1" (flashlib.book.exercises.beyond)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flashlib import flash_attention
+from flashlib.book.exercises.beyond import check_grouped_query, check_kv_grad, check_split_kv
+from flashlib.book.exercises.registry import Mistake, declare_mistakes
+
+# ---- 11.1 split-KV ---------------------------------------------------------------------------
+
+
+def _split_kv(q, K, V, n_splits, merge="lse"):
+    size = -(-len(K) // n_splits)
+    outs, lses = zip(*(flash_attention(q, K[s:s + size], V[s:s + size], return_lse=True)
+                       for s in range(0, len(K), size)), strict=True)
+    O, L = np.stack(outs), np.stack(lses)  # (S, n_q, d_v), (S, n_q)
+    if merge == "mean":
+        return O.mean(axis=0)
+    if merge == "raw":
+        w = np.exp(L)
+        return (w[..., None] * O).sum(0) / w.sum(0)[:, None]
+    L_all = np.logaddexp.reduce(L, axis=0)
+    return (np.exp(L - L_all)[..., None] * O).sum(axis=0)
+
+
+def averaged(q, K, V, n_splits):
+    return _split_kv(q, K, V, n_splits, merge="mean")
+
+
+def weights_exp_l(q, K, V, n_splits):
+    return _split_kv(q, K, V, n_splits, merge="raw")
+
+
+def first_row(q, K, V, n_splits):
+    return _split_kv(q, K, V, n_splits)[0]
+
+
+def whole(q, K, V, n_splits):  # no split at all: exact, so only the calls tell
+    return flash_attention(q, K, V)
+
+
+declare_mistakes(
+    check_split_kv,
+    Mistake("the splits averaged", (averaged,), ("averaged",)),
+    Mistake("weights exp(L_s)", (weights_exp_l,), ("exp(L_s - L)",)),
+    Mistake("one row", (first_row,), ("has shape",)),
+    Mistake("no split", (whole,), ("on all 1000 keys at once",)),
+)
+
+
+# ---- 11.2 grouped-query attention ------------------------------------------------------------
+
+def _gqa(q, k, v, order="group"):
+    *lead, h_q, n_q, d = q.shape
+    h_kv = k.shape[-3]
+    if order == "repeat":
+        g = h_q // h_kv
+        k, v = np.repeat(k, g, axis=-3), np.repeat(v, g, axis=-3)
+        s = q @ k.swapaxes(-1, -2) / np.sqrt(d)
+    elif order == "tile":
+        g = h_q // h_kv
+        reps = [1] * k.ndim
+        reps[-3] = g
+        k, v = np.tile(k, reps), np.tile(v, reps)
+        s = q @ k.swapaxes(-1, -2) / np.sqrt(d)
+    else:
+        q = q.reshape(*lead, h_kv, h_q // h_kv, n_q, d)
+        k, v = k[..., None, :, :], v[..., None, :, :]
+        s = q @ k.swapaxes(-1, -2) / np.sqrt(d)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    return (p @ v).reshape(*lead, h_q, n_q, v.shape[-1])
+
+
+def repeated(q, k, v):
+    return _gqa(q, k, v, order="repeat")
+
+
+def tiled(q, k, v):
+    return _gqa(q, k, v, order="tile")
+
+
+def one_query(q, k, v):
+    return _gqa(q, k, v)[..., 0, :]
+
+
+def the_library(q, k, v):
+    return flash_attention(q, k, v)
+
+
+declare_mistakes(
+    check_grouped_query,
+    Mistake("K and V repeated", (repeated,), ("as much as K and V repeated",)),
+    Mistake("K and V tiled", (tiled,), ("h % h_kv",)),
+    Mistake("one query", (one_query,), ("has shape",)),
+    Mistake("the library's attention", (the_library,), ("you called flash_attention",)),
+)
+
+
+# ---- 11.3 the gradient of shared K and V -----------------------------------------------------
+
+def mean(x, h_kv):
+    *lead, h_q, n, c = x.shape
+    return x.reshape(*lead, h_kv, h_q // h_kv, n, c).mean(axis=-3)
+
+
+def interleaved(x, h_kv):
+    *lead, h_q, n, c = x.shape
+    return x.reshape(*lead, h_q // h_kv, h_kv, n, c).sum(axis=-4)
+
+
+def first(x, h_kv):
+    return x[..., :: x.shape[-3] // h_kv, :, :]
+
+
+def unchanged(x, h_kv):
+    return x
+
+
+declare_mistakes(
+    check_kv_grad,
+    Mistake("the mean", (mean,), ("sum, not mean",)),
+    Mistake("interleaved heads", (interleaved,), ("consecutive",)),
+    Mistake("the first head of each group", (first,), ("add them all",)),
+    Mistake("not reduced", (unchanged,), ("has shape",)),
+)

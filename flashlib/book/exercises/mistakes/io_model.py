@@ -1,0 +1,142 @@
+"""The HBM IO model's declared mistakes (flashlib.book.exercises.io_model)."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from flashlib.book.exercises.io_model import (
+    CROSSOVER_PROBLEM,
+    STANDARD_PROBLEM,
+    check_crossover,
+    check_io_count,
+    check_split_kv_merge,
+    check_standard_count,
+)
+from flashlib.book.exercises.registry import Mistake, declare_mistakes, learner_copy
+from flashlib.studies import io_model
+
+# ---- 9.1 Algorithm 0's count -----------------------------------------------------------------
+
+_N, _d = STANDARD_PROBLEM["N"], STANDARD_PROBLEM["d"]
+
+
+def no_n2_term(N, d):
+    return 4 * N * d
+
+
+declare_mistakes(
+    check_standard_count,
+    Mistake("two N^2 transfers", (2 * _N * _N + 4 * _N * _d,), ("four N^2 transfers",)),
+    Mistake("no N^2 term", (no_n2_term,), ("no N^2 term",)),
+    Mistake("three N^2 transfers", (3 * _N * _N + 4 * _N * _d,), ("one of the four N^2",)),
+    Mistake("the reads only", (2 * _N * _N + 3 * _N * _d,), ("the reads only",)),
+    Mistake("bytes in fp16", (2 * (4 * _N * _N + 4 * _N * _d),), ("bytes in fp16",)),
+    Mistake("a guess", (12345,), ("go line by line",)),
+    Mistake("words", ("lots",), ("give a number",)),
+    Mistake("None", (None,), ("not attempted yet",)),
+)
+
+
+# ---- 9.2 the tiled algorithms' counts --------------------------------------------------------
+
+def _io_count(N, d, B_r, B_c, order, *, init=True, lm=True, ceil=True, reads_only=False):
+    T_r = -(-N // B_r) if ceil else N // B_r
+    T_c = -(-N // B_c) if ceil else N // B_c
+    if order == "v1":
+        reads = 2 * N * d + T_c * N * (2 * d + (2 if lm else 0))
+        writes = T_c * N * (d + (2 if lm else 0)) + (N * (d + (2 if lm else 0)) if init else 0)
+    else:
+        reads = N * d + T_r * 2 * N * d
+        writes = N * d + N
+    return reads if reads_only else reads + writes
+
+
+def _count(**mistake):
+    return functools.partial(_io_count, **mistake)
+
+
+def no_lm(N, d, r, c, o):
+    return _io_count(N, d, r, c, o, lm=False, init=o == "v1")
+
+
+def the_other_order(N, d, r, c, o):
+    return _io_count(N, d, r, c, "v2" if o == "v1" else "v1")
+
+
+def fp16_bytes(N, d, r, c, o):
+    return 2 * _io_count(N, d, r, c, o)
+
+
+def seven(N, d, r, c, o):
+    return 7
+
+
+def words(N, d, r, c, o):
+    return "a lot"
+
+
+def no_L(N, d, r, c, o):
+    return _io_count(N, d, r, c, o) - (N if o == "v2" else 0)
+
+
+declare_mistakes(
+    check_io_count,
+    Mistake("O not initialised", (_count(init=False),), ("initialised in HBM first",)),
+    Mistake("l and m not moved", (no_lm,), ("l and m move too",)),
+    Mistake("floor(N / B)", (_count(ceil=False),), ("the last, shorter one counts",)),
+    Mistake("the other order", (the_other_order,), ("the other order",)),
+    Mistake("the reads only", (_count(reads_only=True),), ("the reads only",)),
+    Mistake("bytes in fp16", (fp16_bytes,), ("bytes in fp16",)),
+    Mistake("a number", (seven,), ("the counting memory moved",)),
+    Mistake("words", (words,), ("return a number",)),
+    # the chapter's own function (it counts by running a tiled loop): not an answer
+    Mistake("the chapter's io_count", (io_model.io_count,), ("your function raised",)),
+    Mistake("no L written", (no_L,), ("L is written too",)),
+)
+
+
+# ---- 9.3 the crossover -----------------------------------------------------------------------
+
+_N, _d = CROSSOVER_PROBLEM["N"], CROSSOVER_PROBLEM["d"]
+_M_STAR = io_model.crossover_M(_N, _d, "v2")
+# a learner's copy: the library's own crossover_M is refused in this exercise
+_crossover_M = learner_copy(io_model.crossover_M)
+
+
+def d_squared(N, d):
+    return d * d
+
+
+def fp32_bytes(N, d):
+    return 4 * _crossover_M(N, d, "v2")
+
+
+declare_mistakes(
+    check_crossover,
+    Mistake("too small", (_d * _d,), ("more than standard attention",)),
+    Mistake("too large", (8 * _d * _d,), ("fewer than standard attention",)),
+    Mistake("d^2 as a function", (d_squared,), ("N = 1024, d = 64: at M = 4096",)),
+    Mistake("bytes in fp16", (2 * _M_STAR,), ("bytes in fp16",)),
+    Mistake("bytes in fp32", (fp32_bytes,), ("bytes in fp32",)),
+    # the threshold the chapter prints, Algorithm 1's, and the function it imports
+    Mistake("Algorithm 1's threshold", (io_model.crossover_M(_N, _d),),
+            ("Algorithm 1's threshold",)),
+    Mistake("the chapter's crossover_M", (io_model.crossover_M,), ("Algorithm 1's threshold",)),
+    Mistake("negative", (-3,), ("positive number",)),
+    Mistake("a word", ("big",), ("positive number",)),
+    Mistake("None", (None,), ("not attempted yet",)),
+)
+
+
+# ---- 9.4 the split-KV merge ------------------------------------------------------------------
+
+def no_rescale(a, b):
+    return np.maximum(a[0], b[0]), a[1] + b[1], a[2] + b[2]
+
+
+declare_mistakes(
+    check_split_kv_merge,
+    Mistake("no rescaling", (no_rescale,), ("without rescaling",)),
+)
