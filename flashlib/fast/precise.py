@@ -39,7 +39,7 @@ import numpy as np
 from flashlib.core.constants import LOG2E
 from flashlib.core.masks import band_hides
 from flashlib.core.problem import Problem
-from flashlib.fast.tiles import hidden_entries
+from flashlib.fast.tiles import hidden_entries, max_row_norm
 
 __all__ = ["FORWARD_FLOAT64_ABOVE", "BACKWARD_FLOAT64_ABOVE", "score_bound", "in_float64",
            "forward_in_float64", "backward_in_float64", "exact_attention", "ROW_BLOCK_BYTES"]
@@ -57,16 +57,10 @@ FORWARD_FLOAT64_ABOVE = 2.0**10
 BACKWARD_FLOAT64_ABOVE = 32.0
 
 
-def _max_row_norm(x: np.ndarray) -> float:
-    """The largest Euclidean norm of a row of x (..., n, d), in float64 (no overflow)."""
-    if x.size == 0:
-        return 0.0
-    return float(np.sqrt(np.einsum("...i,...i->...", x, x, dtype=np.float64).max()))
-
-
 def score_bound(p: Problem) -> float:
-    """A bound on every base-2 score ``|scale * log2(e) * q_i . k_j|`` of the problem."""
-    return abs(float(p.scale)) * LOG2E * _max_row_norm(p.q) * _max_row_norm(p.k)
+    """A bound on every base-2 score ``|scale * log2(e) * q_i . k_j|`` of the problem (inf
+    when the rows' squared norms overflow float32: then the scores are huge anyway)."""
+    return abs(float(p.scale)) * LOG2E * max_row_norm(p.q) * max_row_norm(p.k)
 
 
 def in_float64(p: Problem) -> Problem:
