@@ -337,6 +337,8 @@ def check_reference_attention(
         (np.float64, (3, 6), 6, 6, 1.0),
         (np.float32, (2, 8, 16), 8, 16, 1.0),  # square scores: a lost axis broadcasts silently
         (np.float32, (4, 8), 4, 2, 100.0),  # large scores: exp overflows without the max
+        # beyond float64's exp (710): no detour through float64 hides a missing max
+        (np.float64, (3, 8), 5, 2, 1000.0),
     ]:
         q = (spread * rng.standard_normal(shape_q)).astype(dtype)
         k = rng.standard_normal((*shape_q[:-2], n_k, shape_q[-1])).astype(dtype)

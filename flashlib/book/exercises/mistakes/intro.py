@@ -172,6 +172,14 @@ def unstable(q, k, v):
     return _attention(q, k, v, stable=False)
 
 
+def unstable_in_float64(q, k, v):
+    """No maximum subtracted, the overflow dodged by computing in float64 and casting back:
+    right for float32 scores of 100, not for scores past float64's exp (710)."""
+    o, L = _attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
+                      stable=False)
+    return o.astype(q.dtype), L.astype(q.dtype)
+
+
 def over_the_queries(q, k, v):
     return _attention(q, k, v, axis=-2)
 
@@ -241,6 +249,7 @@ declare_mistakes(
     check_reference_attention,
     Mistake("no 1/sqrt(d)", (unscaled,), ("1/sqrt(d)",)),
     Mistake("no maximum subtracted", (unstable,), ("maximum",)),
+    Mistake("no maximum, float64 instead", (unstable_in_float64,), ("maximum",)),
     Mistake("softmax over the queries", (over_the_queries,), ("wrong axis",)),
     Mistake("scaled in float64", (scale_in_float64,), ("float64",)),
     # Exercise 1.4 asks for (O, lse): each usual mistake about the pair or the logsumexp
