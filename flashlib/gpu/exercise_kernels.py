@@ -65,12 +65,15 @@ def key_ends(n_q: int, n_k: int, B_r: int, causal: bool, key_end_fn=None) -> lis
 
 
 @triton.jit
-def visible_probe(Out, i, j, N_K, B_r: tl.constexpr, B_c: tl.constexpr, CAUSAL: tl.constexpr):
+def visible_probe(Out, Ndim, i, j, N_K, B_r: tl.constexpr, B_c: tl.constexpr,
+                  CAUSAL: tl.constexpr):
     """Store visible_keys(rows, cols, N_K, CAUSAL) for rows i .. i + B_r - 1 and keys
-    j .. j + B_c - 1, as int8, row-major (B_r, B_c)."""
+    j .. j + B_c - 1, as int8, row-major (B_r, B_c) (broadcast), and its number of axes in
+    Ndim (a mask of the keys alone broadcasts in the kernel, and is still not a tile's)."""
     rows = i + tl.arange(0, B_r)
     cols = j + tl.arange(0, B_c)
     seen = visible_keys(rows, cols, N_K, CAUSAL)
+    tl.store(Ndim, len(seen.shape))
     tl.store(Out + tl.arange(0, B_r)[:, None] * B_c + tl.arange(0, B_c)[None, :],
              seen.to(tl.int8))
 
@@ -78,12 +81,15 @@ def visible_probe(Out, i, j, N_K, B_r: tl.constexpr, B_c: tl.constexpr, CAUSAL: 
 def visible_block(i: int, j: int, B_r: int, B_c: int, n_k: int, causal: bool,
                   visible_fn=None) -> np.ndarray:
     """(B_r, B_c) bool: ``visible_fn`` (or the library's visible_keys) on the tile of rows
-    i .. i + B_r - 1 and keys j .. j + B_c - 1."""
+    i .. i + B_r - 1 and keys j .. j + B_c - 1; a mask of fewer axes comes back with the
+    shape it had (a (B_c,) mask of the keys alone: its first row)."""
     caps = require_kernels()
     out = torch.full((B_r, B_c), -1, dtype=torch.int8, device=caps.device)
+    ndim = torch.full((1,), -1, dtype=torch.int32, device=caps.device)
     probe = kernel_with(visible_probe, visible_keys=visible_fn) if visible_fn else visible_probe
-    probe[(1,)](out, i, j, n_k, B_r=B_r, B_c=B_c, CAUSAL=bool(causal))
-    return out.cpu().numpy().astype(bool)
+    probe[(1,)](out, ndim, i, j, n_k, B_r=B_r, B_c=B_c, CAUSAL=bool(causal))
+    mask = out.cpu().numpy().astype(bool)
+    return mask[0] if int(ndim.item()) == 1 else mask
 
 
 @triton.jit

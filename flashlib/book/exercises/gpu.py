@@ -484,7 +484,9 @@ def _mask_diagnosis(got: np.ndarray, rows: np.ndarray, cols: np.ndarray, n_k: in
     causal_part = (c <= r) if causal else np.ones_like(c <= r)
     want = (c < n_k) & causal_part
     if got.shape != want.shape:
-        return f"the mask has shape {got.shape}, expected {want.shape} (rows x keys)"
+        fix = (": it depends on the keys only; build a tile's mask from rows[:, None] and "
+               "cols[None, :]" if got.ndim < 2 else "")
+        return f"the mask has shape {got.shape}, expected {want.shape} (rows x keys){fix}"
     c = np.broadcast_to(c, want.shape)
     if np.array_equal(got, want):
         return None

@@ -86,6 +86,10 @@ declare_mistakes(
             source="flashlib.gpu.exercise_kernels.visible_keys_with_bug"),
     _swapped(VISIBLE, "cols <= N_K", [("cols[None, :] < N_K", "cols[None, :] <= N_K")],
              ["key N_K = 45 is counted: cols <= N_K lets in one key past the end"]),
+    # a mask of the keys alone broadcasts in the kernel, but it is no (B_r, B_c) tile
+    _swapped(VISIBLE, "a mask of the keys alone",
+             [("visible = cols[None, :] < N_K", "visible = cols < N_K")],
+             ["the mask has shape (16,), expected (16, 16)", "it depends on the keys only"]),
     *(_swapped(VISIBLE, *m, absent=_NOT_AT_N_K) for m in [
         ("j < i", [("cols[None, :] <= rows[:, None]", "cols[None, :] < rows[:, None]")],
          ["j <= i, not j < i", "the output holds NaN"]),
