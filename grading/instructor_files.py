@@ -238,7 +238,7 @@ MEETINGS = [
      "outcomes": [
          ("count Algorithm 0's and Algorithm 1's HBM traffic, and find the SRAM size below "
           "which tiling loses", ["9.1", "9.2", "9.3"]),
-         ("merge the partial results of split-KV programs for one decoding query",
+         ("combine the split-KV shares of decoding queries (Flash-Decoding)",
           ["9.4", "11.1"]),
          ("write grouped-query attention and its K/V gradient without a copy of K and V per "
           "query head", ["11.2", "11.3"])]},

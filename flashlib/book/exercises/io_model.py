@@ -5,8 +5,8 @@ check_standard_count   Algorithm 0's HBM accesses: ``count(N, d)`` or a number f
 check_io_count         ``io_count(N, d, M, order) -> int`` against the counting memory
 check_crossover        the M below which FlashAttention moves more than standard attention:
                        ``crossover(N, d)`` or a number for :data:`CROSSOVER_PROBLEM`
-check_split_kv_merge   ``merge(a, b)`` of partial states, then used to merge the split-KV
-                       partial results of one decoding query
+check_split_kv_combine ``combine(outs, lses) -> (O, L)``: Flash-Decoding's combine of split-KV
+                       shares (each share's normalised output and logsumexp)
 """
 
 from __future__ import annotations
@@ -18,10 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.algorithms import standard_attention
 from flashlib.book.exercises import MERGES, Feedback, LearnerError, call_learner, checker, names
-from flashlib.book.exercises.online_softmax import check_merge
-from flashlib.fast.online import finalize_partial, partial_attention
 from flashlib.studies.io_model import block_sizes, crossover_M, io_count, traffic
 from flashlib.studies.tiling import count_io
 
@@ -32,7 +29,8 @@ __all__ = [
     "check_standard_count",
     "check_io_count",
     "check_crossover",
-    "check_split_kv_merge",
+    "check_split_kv_combine",
+    "COMBINE_CASES",
 ]
 
 #: The shape of :func:`check_standard_count`'s question when the answer is a number.
@@ -210,34 +208,103 @@ def check_crossover(fb: Feedback, answer: Any) -> None:
             return
 
 
-@checker("merging split-KV partial results",
-         forbid=names(MERGES))
-def check_split_kv_merge(fb: Feedback, fn: Callable[[Any, Any], Any]) -> None:
-    """Check ``merge(a, b) -> (m, l, acc)`` with the online-softmax chapter's merge checker,
-    then use it to combine the partial results of 4 programs that each attended to a quarter
-    of a decoding query's KV cache."""
-    first = check_merge(fn)
-    fb.passes += first.passes
-    fb.problems += first.problems
-    if fb.problems:
-        return
-    rng = np.random.default_rng(3)
-    N, d, splits = 1000, 16, 4
-    q = rng.standard_normal((1, d)) * 2
-    K, V = rng.standard_normal((N, d)), rng.standard_normal((N, d))
-    s = q @ K.T / math.sqrt(d)
+#: Library functions that combine split-KV shares (refused in :func:`check_split_kv_combine`).
+COMBINES = ("flashlib.fast.decoding.decode_attention",
+            "flashlib.fast.paged.paged_decode_attention",
+            "flashlib.algorithms.split_kv_decode", "flashlib.algorithms.paged_kv_decode")
+
+
+def _shares(n_q: int, N: int, d: int, splits: int, spread: float, empty: tuple[int, ...],
+            seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Split-KV shares of ``n_q`` decoding queries over N keys: each share's normalised output
+    O_s (splits, n_q, d) and logsumexp L_s (splits, n_q) (-inf, O_s = 0 for the shares in
+    ``empty``, which see no key), and the whole cache's O and L (float64)."""
+    rng = np.random.default_rng(seed)
+    s = spread * rng.standard_normal((n_q, N))
+    V = rng.standard_normal((N, d))
     size = -(-N // splits)
-    parts = [partial_attention(s[:, j : j + size], V[j : j + size]) for j in range(0, N, size)]
-    name = f"one decoding query, {N} keys in {splits} splits"
-    with fb.case(name):
-        merged = functools.reduce(lambda a, b: call_learner(fn, a, b)[0], parts)
-        try:
-            out = finalize_partial(tuple(np.asarray(x, dtype=np.float64) for x in merged))
-        except (TypeError, ValueError) as err:
-            raise LearnerError(f"return (m, l, acc), got {type(merged).__name__}") from err
-        err = float(np.max(np.abs(out - standard_attention(q, K, V))))
-        if err <= 1e-12:
-            fb.ok(f"{name}: merged and finalised, equals attention over the whole cache")
-        else:
-            fb.fail(f"{name}: the merged result differs from attention over all keys by "
-                    f"{err:.3g}")
+    visible = np.ones(N, dtype=bool)
+    outs, lses = np.zeros((splits, n_q, d)), np.full((splits, n_q), -np.inf)
+    for t in range(splits):
+        j0, j1 = t * size, min((t + 1) * size, N)
+        if t in empty:
+            visible[j0:j1] = False
+            continue
+        m = s[:, j0:j1].max(axis=1, keepdims=True)
+        p = np.exp(s[:, j0:j1] - m)
+        outs[t] = (p / p.sum(axis=1, keepdims=True)) @ V[j0:j1]
+        lses[t] = m[:, 0] + np.log(p.sum(axis=1))
+    if visible.any():
+        m = s[:, visible].max(axis=1, keepdims=True)
+        p = np.exp(s[:, visible] - m)
+        o = (p / p.sum(axis=1, keepdims=True)) @ V[visible]
+        lse = m[:, 0] + np.log(p.sum(axis=1))
+    else:
+        o, lse = np.zeros((n_q, d)), np.full(n_q, -np.inf)
+    return outs, lses, o, lse
+
+
+#: (label, n_q, N, d, splits, score spread, shares that see no key) of
+#: :func:`check_split_kv_combine`.
+COMBINE_CASES = [
+    ("4 shares", 2, 1000, 16, 4, 2.0, ()),
+    ("7 ragged shares", 3, 997, 8, 7, 1.0, ()),
+    ("one share", 2, 50, 4, 1, 1.0, ()),
+    ("large scores (L_s near 1000)", 2, 400, 8, 4, 300.0, ()),
+    ("a share that sees no key (L_s = -inf)", 2, 400, 8, 4, 1.0, (2,)),
+    ("no share sees a key", 1, 40, 4, 2, 1.0, (0, 1)),
+]
+
+
+def _combine_problem(got: Any, outs: np.ndarray, lses: np.ndarray, o: np.ndarray,
+                     lse: np.ndarray, caught: list[str]) -> str | None:
+    """What is wrong with a learner's (O, L) (None if right)."""
+    try:
+        got_o, got_l = (np.asarray(x, dtype=np.float64) for x in got)
+    except (TypeError, ValueError):
+        return f"return the pair (O, L), got {type(got).__name__}"
+    if got_o.shape != o.shape or got_l.shape != lse.shape:
+        return f"O and L have shapes {got_o.shape}, {got_l.shape}; expected {o.shape}, {lse.shape}"
+    if not (np.isfinite(got_o).all() and np.array_equal(np.isneginf(got_l), np.isneginf(lse))
+            and not np.isnan(got_l).any()):
+        if np.isneginf(lses).any():
+            return ("NaN or inf where a share saw no key: its L_s is -inf and its weight "
+                    "exp(L_s - L) must be 0 (and with no share at all, O = 0, L = -inf)")
+        return ("NaN or inf (" + ("; ".join(caught) or "exp overflowed") + "): weigh the "
+                "shares by exp(L_s - L) with L = max_s L_s + log sum_s exp(L_s - max_s L_s)")
+    finite = np.isfinite(lse)
+    if not np.allclose(got_l[finite], lse[finite], rtol=1e-12, atol=1e-12):
+        if np.allclose(got_l, lses.max(axis=0)):
+            return "L is the largest L_s; it is their logsumexp: max + log sum_s exp(L_s - max)"
+        return (f"L off by up to {float(np.max(np.abs(got_l[finite] - lse[finite]))):.3g}: "
+                "L = log sum_s exp(L_s)")
+    if not np.allclose(got_o, o, rtol=1e-10, atol=1e-12):
+        with np.errstate(all="ignore"):
+            seen = np.isfinite(lses)
+            mean = (outs * seen[..., None]).sum(axis=0) / np.maximum(seen.sum(axis=0), 1)[
+                :, None]
+        if np.allclose(got_o, mean):
+            return ("O is the plain mean of the shares' outputs; weigh each by exp(L_s - L), "
+                    "the share of the softmax mass its keys hold")
+        return f"O off by up to {float(np.max(np.abs(got_o - o))):.3g}: O = sum_s exp(L_s - L) O_s"
+    if caught:
+        return "right values, but " + "; ".join(caught)
+    return None
+
+
+@checker("combining split-KV shares", forbid=names(MERGES, COMBINES))
+def check_split_kv_combine(fb: Feedback, fn: Callable[[Any, Any], Any]) -> None:
+    """Check ``combine(outs, lses) -> (O, L)``: Flash-Decoding's combine of the split-KV
+    shares of decoding queries, each share's normalised output O_s (S, n_q, d_v) and
+    logsumexp L_s (S, n_q), into attention over the whole cache (:data:`COMBINE_CASES`)."""
+    for seed, (label, n_q, N, d, splits, spread, empty) in enumerate(COMBINE_CASES):
+        outs, lses, o, lse = _shares(n_q, N, d, splits, spread, empty, seed)
+        name = (f"{label}: {n_q} quer{'ies' if n_q > 1 else 'y'}, {N} keys in {splits} "
+                f"share{'s' if splits > 1 else ''}")
+        with fb.case(name):
+            got, caught = call_learner(fn, outs.copy(), lses.copy())
+            problem = _combine_problem(got, outs, lses, o, lse, caught)
+            if problem:
+                fb.fail(f"{name}: {problem}")
+            else:
+                fb.ok(f"{name}: equals attention over the whole cache")

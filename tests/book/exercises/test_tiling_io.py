@@ -6,6 +6,7 @@ flashlib/book/exercises/mistakes/tiling.py and io_model.py
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -261,10 +262,19 @@ def test_crossover():
 
 # ---- split-KV merge ------------------------------------------------------------------------
 
-def test_split_kv_merge():
-    fb = ix.check_split_kv_merge(lambda a, b: tuple(merge_partials(a, b)))
+def test_split_kv_combine():
+    def combine(outs, lses):  # through the library's merge of (m, l, acc) states
+        parts = [(lse, np.where(np.isneginf(lse), 0.0, 1.0), o * np.where(
+            np.isneginf(lse), 0.0, 1.0)[:, None]) for o, lse in zip(outs, lses, strict=True)]
+        m, l, acc = functools.reduce(lambda a, b: tuple(merge_partials(a, b)), parts)
+        seen = l > 0
+        out = np.divide(acc, l[:, None], out=np.zeros_like(acc), where=seen[:, None])
+        return out, np.where(seen, m + np.log(np.where(seen, l, 1.0)), -np.inf)
+
+    fb = ix.check_split_kv_combine(combine)
     assert fb.passed, text(fb)
     assert "equals attention over the whole cache" in text(fb)
-    assert ix.check_split_kv_merge(not_attempted).problems == [NOT_ATTEMPTED]
-    assert_fails_with(ix.check_split_kv_merge(crashing), "your function raised")
+    assert ix.check_split_kv_combine(not_attempted).problems == [NOT_ATTEMPTED]
+    assert_fails_with(ix.check_split_kv_combine(crashing), "your function raised")
+    assert_fails_with(ix.check_split_kv_combine(lambda o, lse: (o, lse)), "shapes")
 

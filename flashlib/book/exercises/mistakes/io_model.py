@@ -11,7 +11,7 @@ from flashlib.book.exercises.io_model import (
     STANDARD_PROBLEM,
     check_crossover,
     check_io_count,
-    check_split_kv_merge,
+    check_split_kv_combine,
     check_standard_count,
 )
 from flashlib.book.exercises.registry import Mistake, declare_mistakes, learner_copy
@@ -130,13 +130,46 @@ declare_mistakes(
 )
 
 
-# ---- 9.4 the split-KV merge ------------------------------------------------------------------
+# ---- 9.4 combining split-KV shares (Flash-Decoding) ------------------------------------------
 
-def no_rescale(a, b):
-    return np.maximum(a[0], b[0]), a[1] + b[1], a[2] + b[2]
+def _weights(lses):
+    m = lses.max(axis=0)
+    ref = np.where(np.isneginf(m), 0.0, m)
+    return np.exp(lses - ref), ref
+
+
+def plain_mean(outs, lses):
+    w, ref = _weights(lses)
+    l = w.sum(axis=0)  # noqa: E741
+    seen = np.isfinite(lses)
+    O = (outs * seen[..., None]).sum(axis=0) / np.maximum(seen.sum(axis=0), 1)[:, None]
+    return O, ref + np.log(np.where(l > 0, l, 1)) - np.where(l > 0, 0, np.inf)
+
+
+def l_is_the_max(outs, lses):
+    w, ref = _weights(lses)
+    l = w.sum(axis=0)  # noqa: E741
+    O = (w[..., None] * outs).sum(axis=0) / np.where(l > 0, l, 1)[:, None]
+    return O, lses.max(axis=0)
+
+
+def no_max_subtracted(outs, lses):
+    w = np.exp(lses)  # overflows for L_s past 709
+    l = w.sum(axis=0)  # noqa: E741
+    return (w[..., None] * outs).sum(axis=0) / l[:, None], np.log(l)
+
+
+def empty_gives_nan(outs, lses):
+    m = lses.max(axis=0)  # -inf where no share saw a key: -inf - -inf is NaN
+    w = np.exp(lses - m)
+    l = w.sum(axis=0)  # noqa: E741
+    return (w[..., None] * outs).sum(axis=0) / l[:, None], m + np.log(l)
 
 
 declare_mistakes(
-    check_split_kv_merge,
-    Mistake("no rescaling", (no_rescale,), ("without rescaling",)),
+    check_split_kv_combine,
+    Mistake("a plain mean of the shares", (plain_mean,), ("plain mean of the shares",)),
+    Mistake("L the largest L_s", (l_is_the_max,), ("L is the largest L_s",)),
+    Mistake("no maximum subtracted", (no_max_subtracted,), ("exp(L_s - L)",)),
+    Mistake("NaN with no key at all", (empty_gives_nan,), ("saw no key",)),
 )
