@@ -14,6 +14,7 @@ import re
 import sys
 from pathlib import Path
 
+from tools import toc
 from tools.myst import DIRECTIVE, OPTION
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,9 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #: The guide's figure: about 3,500 words of main line per chapter.
 LIMIT = 3500
 
-#: The chapters, in the book's order.
-CHAPTERS = ["intro", "overflow", "online-softmax", "tiling", "optimisation-ladder", "masking",
-            "backward", "precision", "io-model", "gpu", "beyond"]
+#: The chapters, in the book's order (the toc's notebooks, the glossary included).
+CHAPTERS = [path.stem for path in toc.chapters()]
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
 _EXERCISES = re.compile(r"^#{1,3} Exercises\s*$")
@@ -58,6 +58,7 @@ def count(source: Path | str) -> dict[str, int]:
     counts = {"main": 0, "deep": 0, "exercises": 0}
     stack: list[list[str]] = []  # [fence, kind]: kind is "code", "deep" or "plain"
     in_solution = in_exercises = in_math = reading_options = False
+    title = 0
     for line in lines:
         if stack and stack[-1][1] == "code":  # inside code only the closing fence matters
             bare = _BARE.match(line)
@@ -71,6 +72,7 @@ def count(source: Path | str) -> dict[str, int]:
                     stack[-1][1] = "deep"
                 continue
             reading_options = False
+            _add(counts, stack, title, in_exercises)  # the title, once its kind is known
         directive = DIRECTIVE.match(line)
         if directive:
             name = directive["name"]
@@ -78,10 +80,7 @@ def count(source: Path | str) -> dict[str, int]:
             kind = "code" if name in _CODE else "deep" if name in _DEEP else "plain"
             stack.append([directive["fence"], kind])
             reading_options = kind != "code"
-            if kind == "plain" and not in_solution:
-                counts["exercises" if in_exercises else "main"] += _words(directive["arg"])
-            elif kind == "deep":
-                counts["deep"] += _words(directive["arg"])
+            title = 0 if in_solution else _words(directive["arg"])
             continue
         bare = _BARE.match(line)
         if bare:
@@ -102,13 +101,18 @@ def count(source: Path | str) -> dict[str, int]:
             continue
         if _HEADING.match(line) and len(_HEADING.match(line)[1]) <= 2:
             in_exercises = bool(_EXERCISES.match(line))
-        if any(kind == "deep" for _, kind in stack):
-            counts["deep"] += _words(line)
-        elif in_exercises:
-            counts["exercises"] += _words(line)
-        else:
-            counts["main"] += _words(line)
+        _add(counts, stack, _words(line), in_exercises)
     return counts
+
+
+def _add(counts: dict[str, int], stack: list[list[str]], words: int, in_exercises: bool) -> None:
+    """Count ``words`` where the innermost open blocks put them."""
+    if any(kind == "deep" for _, kind in stack):
+        counts["deep"] += words
+    elif in_exercises:
+        counts["exercises"] += words
+    else:
+        counts["main"] += words
 
 
 def table(root: Path = ROOT) -> dict[str, dict[str, int]]:
