@@ -121,6 +121,14 @@ def table(root: Path = ROOT) -> dict[str, dict[str, int]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.main_path",
+        description="Words per chapter: main line (outside deep dives, code, math, outputs "
+                    f"and solutions; the guide's limit is about {LIMIT:,}), deep dives, "
+                    "exercise statements.")
+    parser.parse_args(argv)
     rows = table()
     print(f"{'chapter':22} {'main line':>9} {'deep dives':>10} {'exercises':>9}")
     for name, c in rows.items():
