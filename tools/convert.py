@@ -40,6 +40,7 @@ line first):
                                             reopened in the next one
     :::{dropdown} title (and :class: dropdown)  <details> with the title as its summary
     {glossary}                              each term a "#### term" heading, then its text
+    ::::{grid} with :::{grid-item-card}s    the cards one after the other, each title in bold
     {math}, {figure}/{image}, admonitions   $$ block, ![caption](raw GitHub URL), "> **Note**"
     (label)= lines, % comments              dropped; markdown cells left empty are dropped
 
@@ -279,6 +280,10 @@ def directive(name: str, arg: str, options: dict[str, str], body: str, page: Pag
     if name == "dropdown" or (name in ADMONITIONS and "dropdown" in options.get("class", "")):
         title = re.sub(r"`([^`]*)`", r"<code>\1</code>", arg or name.capitalize())  # HTML
         return f"<details>\n<summary>{title}</summary>\n\n{body}\n\n</details>"
+    if name == "grid":  # sphinx-design's columns: in a notebook, one card after the other
+        return body
+    if name in ("grid-item-card", "card"):  # a card: its title in bold, then its body
+        return (f"**{inline(arg, page)}**\n\n" if arg else "") + body
     if name in ("figure", "image"):
         alt = options.get("alt") or body or ""
         image = f"![{alt}]({raw_url(page.source.parent / arg)})"

@@ -5,13 +5,15 @@ glue        myst-nb's ``glue`` when myst-nb is installed (the book build); elsew
 glued       the values recorded by :func:`glue` in this kernel, by name
 print_glued prints ``name = value`` for glued values as the text formats them: the generated
             notebooks call it before each text cell that cites them (tools/convert.py)
+span        "between 0.0015 and 0.0021", or "at 0.0015" when both ends print the same: a range
+            in prose that is never "between X and X"
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["glue", "glued", "print_glued"]
+__all__ = ["glue", "glued", "print_glued", "span"]
 
 _GLUED: dict[str, Any] = {}
 
@@ -62,3 +64,12 @@ def print_glued(*references: str) -> None:
             except (TypeError, ValueError):
                 text = str(value)
         print(f"{name} = {text}")
+
+
+def span(lo: float, hi: float, spec: str = ".3g") -> str:
+    """A range as prose: ``"between {lo} and {hi}"`` formatted with ``spec``, or ``"at {lo}"``
+    when the two ends print the same (a range is never "between X and X").  Glue it as
+    Markdown: ``glue("name", Markdown(span(lo, hi)), display=False)``, cited with
+    ``{glue:md}`name```."""
+    a, b = format(lo, spec), format(hi, spec)
+    return f"at {a}" if a == b else f"between {a} and {b}"

@@ -21,7 +21,12 @@ import numpy as np
 
 from flashlib.core.checks import check_float_dtype, check_int
 from flashlib.core.measure import measure_peak
-from flashlib.studies.io_model import GPU, attention_flops, traffic
+from flashlib.studies.io_model import (  # noqa: F401  (the book's one SRAM budget)
+    A100_SHARED_MEMORY,
+    GPU,
+    attention_flops,
+    traffic,
+)
 
 __all__ = [
     "A100_SHARED_MEMORY",
@@ -65,10 +70,6 @@ def naive_attention_memory(n: int, d: int = 64, dtype: Any = np.float32, *,
     return max(peak - out.nbytes, 0)
 
 
-#: The most shared memory one A100 SM can give a kernel, bytes: 164 KB (NVIDIA's Ampere
-#: tuning guide). The 192 KB per SM that the FlashAttention paper calls SRAM is the L1 cache
-#: and the shared memory together.
-A100_SHARED_MEMORY = 164 * 1024
 
 
 def attention_times(n: int, d: int, gpu: GPU, *, B: int, itemsize: int = 2

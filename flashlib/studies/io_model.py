@@ -48,6 +48,11 @@ __all__ = [
     "GPUS",
     "A100_HBM_BYTES",
     "A100_SRAM_BANDWIDTH",
+    "A100_SHARED_MEMORY",
+    "A100_SHARED_PER_BLOCK",
+    "H100_SHARED_MEMORY",
+    "REGISTERS_PER_SM",
+    "SRAM_BUDGET_NAME",
     "ridge_point",
     "attention_flops",
     "roofline",
@@ -344,11 +349,35 @@ def crossover_M(N: int, d: int, order: str = "v1") -> int | None:
     return answer
 
 
+#: The book's one SRAM budget, bytes: the most shared memory one A100 SM can give kernels,
+#: 164 KB (NVIDIA's Ampere tuning guide; NVIDIA's KB are 1,024 bytes).  The 192 KB per SM that
+#: the FlashAttention paper calls SRAM is the L1 cache and the shared memory together, so a
+#: kernel never gets all of it.  Every chapter, figure and exercise that asks whether a step
+#: "fits in SRAM" asks it of this number (and says so with :data:`SRAM_BUDGET_NAME`).
+A100_SHARED_MEMORY = 164 * 1024
+
+#: How the book names that budget in prose, figures and captions.
+SRAM_BUDGET_NAME = "164 KiB of shared memory per A100 SM"
+
+#: The most shared memory one thread block can have on an A100, bytes: 163 KB (the CUDA
+#: guide reserves 1 KB per block of the SM's 164).
+A100_SHARED_PER_BLOCK = 163 * 1024
+
+#: The same for the H100 (Hopper tuning guide): 228 KB per SM, 227 KB per thread block.
+H100_SHARED_MEMORY = 228 * 1024
+
+#: The register file of one SM on the A100 and the H100, bytes: 65,536 32-bit registers
+#: (CUDA C++ Programming Guide, compute capability tables), at most 255 per thread.  In
+#: FlashAttention-2 and Triton kernels S_ij, P_ij, the accumulator and m, l live here.
+REGISTERS_PER_SM = 65536 * 4
+
+
 class GPU(NamedTuple):
     """A GPU's figures, each from a cited public source (bibliography keys in ``sources``).
 
     matmul_flops: dense FP16/BF16 tensor-core FLOP/s (no sparsity); bandwidth: HBM bytes/s;
-    sram_per_sm: bytes of on-chip shared memory per SM; sms: number of SMs.
+    sram_per_sm: bytes of shared memory one SM can give kernels (the book's SRAM budget: not
+    the L1 cache and shared memory together); sms: number of SMs.
     """
 
     name: str
@@ -360,18 +389,21 @@ class GPU(NamedTuple):
 
 
 #: The GPUs the IO-model chapter uses.  A100: FlashAttention's Section 2.1 (1.5-2.0 TB/s,
-#: 192 KB SRAM per SM, 108 SMs) and FlashAttention-2 (312 TFLOPs/s FP16/BF16 matmul); the
-#: two bandwidths are the ends of the paper's range.  H100 SXM and H200 SXM: NVIDIA's
-#: product specifications (3.35 TB/s; 4.8 TB/s), FlashAttention-3 (989 TFLOPS FP16 matmul),
-#: the Hopper tuning guide (228 KB of shared memory per SM); 132 SMs (NVIDIA).
+#: 108 SMs), FlashAttention-2 (312 TFLOPs/s FP16/BF16 matmul) and the Ampere tuning guide
+#: (164 KB of shared memory per SM, of the 192 KB of L1 and shared memory the paper calls
+#: SRAM); the two bandwidths are the ends of the paper's range.  H100 SXM and H200 SXM:
+#: NVIDIA's product specifications (3.35 TB/s; 4.8 TB/s), FlashAttention-3 (989 TFLOPS FP16
+#: matmul), the Hopper tuning guide (228 KB of shared memory per SM); 132 SMs (NVIDIA).
 GPUS: dict[str, GPU] = {
-    "A100 (1.5 TB/s)": GPU("NVIDIA A100", 312e12, 1.5e12, 192 * 1024, 108,
-                           "dao2022flashattention, dao2023flashattention2"),
-    "A100 (2.0 TB/s)": GPU("NVIDIA A100", 312e12, 2.0e12, 192 * 1024, 108,
-                           "dao2022flashattention, dao2023flashattention2"),
-    "H100 SXM": GPU("NVIDIA H100 SXM", 989e12, 3.35e12, 228 * 1024, 132,
+    "A100 (1.5 TB/s)": GPU("NVIDIA A100", 312e12, 1.5e12, A100_SHARED_MEMORY, 108,
+                           "dao2022flashattention, dao2023flashattention2, "
+                           "nvidia_ampere_tuning"),
+    "A100 (2.0 TB/s)": GPU("NVIDIA A100", 312e12, 2.0e12, A100_SHARED_MEMORY, 108,
+                           "dao2022flashattention, dao2023flashattention2, "
+                           "nvidia_ampere_tuning"),
+    "H100 SXM": GPU("NVIDIA H100 SXM", 989e12, 3.35e12, H100_SHARED_MEMORY, 132,
                     "nvidia_h100, shah2024flashattention3, nvidia_hopper_tuning"),
-    "H200 SXM": GPU("NVIDIA H200 SXM", 989e12, 4.8e12, 228 * 1024, 132,
+    "H200 SXM": GPU("NVIDIA H200 SXM", 989e12, 4.8e12, H100_SHARED_MEMORY, 132,
                     "nvidia_h200, shah2024flashattention3, nvidia_hopper_tuning"),
 }
 

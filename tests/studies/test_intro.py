@@ -141,7 +141,20 @@ def test_attention_times_show_what_the_introduction_says():
         return sum(sram_footprint("v2", b, b, 64).values()) * 2 <= A100_SHARED_MEMORY
 
     assert fits(128) and not fits(256)
-    assert A100_SHARED_MEMORY == 164 * 1024 < A100.sram_per_sm
+    assert A100_SHARED_MEMORY == 164 * 1024 == A100.sram_per_sm  # one budget, one source
+
+
+def test_one_sram_budget_everywhere():
+    """The book's SRAM budget is one constant: the A100's 164 KB of shared memory per SM (not
+    the 192 KB of L1 and shared memory together); every GPU entry and the intro use it."""
+    from flashlib.studies import intro, io_model
+
+    assert intro.A100_SHARED_MEMORY is io_model.A100_SHARED_MEMORY
+    assert {g.sram_per_sm for n, g in io_model.GPUS.items() if "A100" in n} == {164 * 1024}
+    assert io_model.A100_SHARED_PER_BLOCK == 163 * 1024
+    assert io_model.H100_SHARED_MEMORY == 228 * 1024
+    assert io_model.REGISTERS_PER_SM == 256 * 1024
+    assert "164 KiB" in io_model.SRAM_BUDGET_NAME
 
 
 @pytest.mark.parametrize(("kwargs", "error", "match"), [
