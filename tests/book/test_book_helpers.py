@@ -99,7 +99,7 @@ def test_hierarchy_diagram_states_the_cited_a100_figures():
     gpu = io.GPUS["A100 (1.5 TB/s)"]
     dg = hierarchy_diagram(io.A100_HBM_BYTES, (1.5e12, 2.0e12), gpu.sram_per_sm, gpu.sms,
                            io.A100_SRAM_BANDWIDTH)
-    for text in ("40 to 80 GB", "1.5 to 2 TB/s", "108 streaming", "164 KB", "19 TB/s"):
+    for text in ("40 to 80 GB", "1.5 to 2 TB/s", "108 streaming", "164 KiB", "19 TB/s"):
         assert text in dg.alt
     assert "<svg" in dg.svg() and dg.caption
 

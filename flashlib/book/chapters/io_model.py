@@ -34,12 +34,15 @@ def hierarchy_diagram(hbm_bytes: tuple[float, float], hbm_bandwidth: tuple[float
     speed = [sram_bandwidth / b for b in hbm_bandwidth[::-1]]
     alt = (f"Two memories stacked. Top: HBM, {gb[0]} to {gb[1]} GB, read and written at "
            f"{tbs[0]} to {tbs[1]} TB/s. Bottom: the chip, {sms} streaming multiprocessors "
-           f"each with {sram_per_sm // 1024} KB of SRAM, {size_text(total_sram)} in all, at about "
-           f"{sram_bandwidth / 1e12:g} TB/s. HBM is about {ratio:,.0f} times larger; SRAM "
-           f"about {speed[0]:.0f} to {speed[1]:.0f} times faster.")
-    caption = (f"The A100's memories as the FlashAttention paper gives them: HBM is "
-               f"{ratio:,.0f}× larger than all the SRAM together, SRAM {speed[0]:.0f}-"
-               f"{speed[1]:.0f}× faster.")
+           f"each with {sram_per_sm // 1024} KiB of shared memory, "
+           f"{size_text(total_sram)} in all, at about {sram_bandwidth / 1e12:g} TB/s. HBM is "
+           f"about {ratio:,.0f} times larger; shared memory about {speed[0]:.0f} to "
+           f"{speed[1]:.0f} times faster.")
+    caption = (f"The A100's memories: HBM as the FlashAttention paper gives it, "
+               f"{sram_per_sm // 1024} KiB of shared memory per SM as NVIDIA's Ampere tuning "
+               f"guide gives it (the paper's 192 KB include the L1 cache). HBM is "
+               f"{ratio:,.0f}× larger than all the shared memory together, which is "
+               f"{speed[0]:.0f}-{speed[1]:.0f}× faster.")
     dg = Diagram(250, alt=alt, caption=caption)
     dg.box(0, 0, 360, 70, "HBM (off chip): large, slow", fill="blue")
     dg.text(8, 40, f"{gb[0]}-{gb[1]} GB: Q, K, V, O (and S, P")
@@ -49,13 +52,13 @@ def hierarchy_diagram(hbm_bytes: tuple[float, float], hbm_bandwidth: tuple[float
     dg.text(142, 103, f"read, write: {tbs[0]}-{tbs[1]} TB/s", italic=True)
     dg.box(0, 126, 360, 124, f"GPU chip: {sms} SMs", fill="orange")
     for k, name in enumerate(("SM 1", "SM 2", "SM 3")):
-        dg.chip(8 + 66 * k, 150, name, f"{sram_per_sm // 1024} KB", w=60, h=36,
+        dg.chip(8 + 66 * k, 150, name, f"{sram_per_sm // 1024} KiB", w=60, h=36,
                 fill="orange")
     dg.text(208, 173, "...")
-    dg.chip(230, 150, f"SM {sms}", f"{sram_per_sm // 1024} KB", w=60, h=36, fill="orange")
-    dg.text(8, 212, f"SRAM: {size_text(total_sram)} in all, about "
+    dg.chip(230, 150, f"SM {sms}", f"{sram_per_sm // 1024} KiB", w=60, h=36, fill="orange")
+    dg.text(8, 212, f"shared memory: {size_text(total_sram)} in all, about "
                     f"{sram_bandwidth / 1e12:g} TB/s")
-    dg.text(8, 234, "the blocks Q_i, K_j, V_j and the tile S_ij")
+    dg.text(8, 234, "the tiles Q_i, K_j, V_j (S_ij: registers)")
     return dg
 
 
