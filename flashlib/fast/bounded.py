@@ -62,7 +62,7 @@ class BoundedGroup:
             r = self.qk_all.rows
             self.q_b, self.s_b = split_rows(q_i, r), split_rows(self.s_all, r)
             self.k_b = k_tiles[:, :, None, :d]  # (G, n_k / B_c, 1, d, B_c)
-            self.v_b = v[:, :whole_keys].reshape(g, -1, 1, b_c, d_v)
+            self.v_b = v[:, :whole_keys].reshape(v.shape[0], -1, 1, b_c, d_v)  # K/V heads
 
     def whole_step(self, t: int, j0: int) -> None:
         """Key block t (keys from j0) against every row, nothing hidden."""

@@ -154,7 +154,7 @@ class RowGroup:
             self.q_b, self.s_b, self.pv_b = split_rows(q_aug, qk.rows), qk.blocks, pv.blocks
             self.p_b = split_rows(self.s_all, qk.rows)
             self.k_b = self.k_tiles[:, :, None]  # (G, n_k / B_c, 1, d + 1, B_c)
-            self.v_b = v[:, :whole_keys].reshape(g, -1, 1, b_c, d_v)
+            self.v_b = v[:, :whole_keys].reshape(v.shape[0], -1, 1, b_c, d_v)  # K/V heads
 
     def part(self, r0: int, r1: int, w: int) -> _Part:
         """Rows [r0, r1) of the group, w keys wide (laid out once per shape)."""

@@ -197,3 +197,19 @@ def test_grouped_query_attention_with_window_and_key_lengths(kw):
     for g, w in zip(got, naive_attention_backward(q, k, v, do, **kw), strict=True):
         assert g.shape == w.shape
         np.testing.assert_allclose(g, w, atol=1e-13)
+
+
+@pytest.mark.parametrize("factor", [1.0, 30.0])  # the bounded path, the running-maximum one
+def test_gqa_on_whole_tiles_of_both_paths(factor):
+    # K/V heads broadcast over a group of query heads, on whole default tiles (the plain
+    # steps lay V out as blocks of rows: by K/V head, not by query head)
+    rng = np.random.default_rng(1)
+    q = rng.standard_normal((2, 8, 256, 64)).astype(np.float32) * np.float32(factor)
+    k, v = (rng.standard_normal((2, 2, 256, 64)).astype(np.float32) for _ in range(2))
+    k_rep, v_rep = np.repeat(k, 4, axis=1), np.repeat(v, 4, axis=1)
+    for causal in (False, True):
+        got = flash_attention(q, k, v, causal=causal)
+        plain = naive_attention(q, k_rep, v_rep, causal=causal)
+        ref = naive_attention(*(x.astype(np.float64) for x in (q, k_rep, v_rep)),
+                              causal=causal)
+        assert max_err(got, ref) <= 2 * max_err(plain, ref) + 1e-5  # flash-attn's rule
