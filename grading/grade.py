@@ -97,8 +97,6 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-import nbformat
-
 from grading import gradebook, lint
 from grading.chapters import (
     Chapter,
@@ -110,7 +108,13 @@ from grading.chapters import (
     solutions,
 )
 from grading.reports import Row, write_reports
-from grading.submissions import find_submissions, match_chapter, notebook_title
+from grading.submissions import (
+    Skipped,
+    find_submissions,
+    match_chapter,
+    notebook_title,
+    read_notebook,
+)
 from grading.worker import one_line
 from tools.paths import ROOT
 
@@ -309,13 +313,13 @@ def grade(folder: Path, out: Path, *, timeout: float | None = None, jobs: int = 
     pending: dict[str, Row] = {}
     answers: dict[tuple[str, str], list[tuple[str, str, Row]]] = {}  # identical answers
     graded: dict[str, set[str]] = {}  # chapter -> students with a notebook for it
-    subs = find_submissions(folder, students)
+    skipped: list[Skipped] = []
+    subs = find_submissions(folder, students, skipped)
     for sub in subs:
-        try:
-            nb = nbformat.read(sub.path, as_version=4)
-        except Exception as err:  # noqa: BLE001 - any unreadable file is reported
+        nb, why = read_notebook(sub.path)
+        if nb is None:
             rows.append(Row(sub.student, sub.notebook, "", "", "unreadable",
-                            first_problem=f"not a readable notebook: {one_line(err, 200)}"))
+                            first_problem=f"not a readable notebook: {why}"))
             continue
         chapter = match_chapter(nb, sub.path, chapters, sub.file_name)
         if chapter is None:
@@ -388,7 +392,8 @@ def grade(folder: Path, out: Path, *, timeout: float | None = None, jobs: int = 
             "standalone": standalone, "partial_credit": partial_credit, "jobs": jobs,
             "seconds": time.monotonic() - started,
             "unmatched": sorted({s.notebook for s in subs if not s.on_roster})
-            if students is not None else []}
+            if students is not None else [],
+            "skipped": [(s.path, s.why) for s in skipped]}
     write_reports(rows, chapters, out, timeout=timeout, context_errors=context_errors,
                   chapter_names=assigned, roster=students, info=info)
     return rows

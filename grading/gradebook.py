@@ -32,6 +32,7 @@ What it writes (:func:`write_gradebook`, :func:`write_feedback`):
 from __future__ import annotations
 
 import csv
+import html
 import io
 import re
 import unicodedata
@@ -223,10 +224,40 @@ def write_gradebook(path: Path, rows: list[Any], students: list[tuple[str, str, 
                 row = best.get((key, chapter, number))
                 scores.append(score(row, partial) if row is not None else 0.0)
             total = round(sum(scores), 4)
-            writer.writerow([key, name, email, *(_num(s) for s in scores), _num(total),
-                             len(exercises),
-                             f"{100 * total / len(exercises):.1f}" if exercises else "",
-                             " ".join(sorted(late.get(key, ())))])
+            writer.writerow(csv_row([key, name, email, *(_num(s) for s in scores),
+                                     _num(total), len(exercises),
+                                     f"{100 * total / len(exercises):.1f}" if exercises
+                                     else "", " ".join(sorted(late.get(key, ())))]))
+
+
+#: What a spreadsheet reads as the start of a formula (OWASP's "CSV injection").
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """A value for a CSV cell that a spreadsheet will not run: text starting with a formula
+    character gets a leading apostrophe (numbers are left as they are)."""
+    if isinstance(value, str) and value.startswith(FORMULA_START):
+        return "'" + value
+    return value
+
+
+def csv_row(row: Any) -> Any:
+    """:func:`csv_cell` of every cell of a list or of a dict's values."""
+    if isinstance(row, dict):
+        return {k: csv_cell(v) for k, v in row.items()}
+    return [csv_cell(v) for v in row]
+
+
+def text(value: Any) -> str:
+    """What a student wrote (a name, a message, output), for a Markdown file: its HTML
+    escaped, so that it is shown and never run by the page that shows the file."""
+    return html.escape(str(value), quote=True)
+
+
+def cell(value: Any) -> str:
+    """:func:`text` for a Markdown table cell: one line, no column breaks."""
+    return text(" ".join(str(value).split())).replace("|", "\\|")
 
 
 def _num(x: float) -> str:
@@ -245,18 +276,26 @@ exercise asks you to write is refused. Each exercise had {timeout:g} seconds of 
 
 def write_feedback(folder: Path, rows: list[Any], students: list[tuple[str, str, str]],
                    chapters: dict[str, Any], partial: bool, timeout: float) -> None:
-    """feedback/<student>.md, one per student (see the module docstring)."""
+    """feedback/<student>.md, one per student (see the module docstring).  Everything the
+    student wrote (names, notebook names, messages, output) is HTML-escaped."""
     folder.mkdir(parents=True, exist_ok=True)
     best = best_rows(rows, partial)
     for key, name, _ in students:
         mine = [r for r in rows if r.student == key]
-        lines = [f"# Feedback: {name or key}", ""]
+        lines = [f"# Feedback: {text(name or key)}", ""]
         if name:
-            lines += [f"Student: {name} ({key})", ""]
+            lines += [f"Student: {text(name)} ({text(key)})", ""]
         graded = [r for r in best.values() if r.student == key]
         total = sum(score(r, partial) for r in graded)
         lines += [f"Score: {_num(round(total, 4))} of {len(graded)} exercises graded"
                   + (" (partial credit: checks passed / checks run)" if partial else ""), ""]
+        ungraded = [r for r in mine if not r.chapter]
+        if ungraded:
+            lines += ["## Notebooks that could not be graded", "",
+                      "| notebook | status | why |", "| --- | --- | --- |"]
+            lines += [f"| {cell(r.notebook)} | {r.status} | {cell(r.first_problem)} |"
+                      for r in ungraded]
+            lines.append("")
         for chapter_name, chapter in chapters.items():
             chapter_rows = [r for r in mine if r.chapter == chapter_name]
             if not chapter_rows:
@@ -264,11 +303,11 @@ def write_feedback(folder: Path, rows: list[Any], students: list[tuple[str, str,
             lines += [f"## {chapter.title}", ""]
             missing = [r for r in chapter_rows if not r.exercise]
             if missing:
-                lines += [f"Not handed in: {missing[0].first_problem}.", ""]
+                lines += [f"Not handed in: {text(missing[0].first_problem)}.", ""]
                 continue
             notebooks = sorted({r.notebook for r in chapter_rows})
-            lines += [f"Notebook: `{notebooks[0]}`" if len(notebooks) == 1 else
-                      "Notebooks: " + ", ".join(f"`{n}`" for n in notebooks)
+            lines += [f"Notebook: {text(notebooks[0])}" if len(notebooks) == 1 else
+                      "Notebooks: " + ", ".join(text(n) for n in notebooks)
                       + " (the best one counts)", ""]
             lines += ["| exercise | status | score | what the checker said first |",
                       "| --- | --- | --- | --- |"]
@@ -276,16 +315,17 @@ def write_feedback(folder: Path, rows: list[Any], students: list[tuple[str, str,
                 (key, chapter_name, r.exercise)) is r),
                 key=lambda r: tuple(int(p) for p in r.exercise.split(".")))
             for row in ordered:
-                problem = row.first_problem.replace("|", "\\|") or "-"
+                problem = cell(row.first_problem) or "-"
                 lines.append(f"| {row.exercise} | {row.status} | "
                              f"{_num(score(row, partial))} | {problem} |")
             lines.append("")
             for row in ordered:
                 if row.notes:
-                    lines += [f"Exercise {row.exercise}: " + "; ".join(row.notes) + ".", ""]
+                    lines += [f"Exercise {row.exercise}: " + text("; ".join(row.notes)) + ".",
+                              ""]
                 if row.status != "passed" and row.feedback:
                     lines += [f"Exercise {row.exercise}, the checker's whole answer:", "",
-                              "```text", row.feedback.strip(), "```", ""]
+                              "<pre>", text(row.feedback.strip()), "</pre>", ""]
         lines += ["---", "", RULES.format(timeout=timeout)]
         safe = re.sub(r"[^\w.@-]+", "_", key).strip("_") or "student"
         (folder / f"{safe}.md").write_text("\n".join(lines), encoding="utf-8")

@@ -66,7 +66,7 @@ def write_reports(rows: list[Row], chapters: dict[str, Chapter], out: Path, *, t
     with open(out / "results.csv", "w", encoding="utf-8", newline="") as f:
         writer = csv.DictWriter(f, CSV_COLUMNS)
         writer.writeheader()
-        writer.writerows(row.csv() for row in rows)
+        writer.writerows(gradebook.csv_row(row.csv()) for row in rows)
     (out / "results.json").write_text(json.dumps(
         [row.csv() | {"feedback": row.feedback, "output": row.output, "notes": row.notes,
                       "flags": row.flags} for row in rows],
@@ -185,6 +185,13 @@ def summary(rows: list[Row], chapters: dict[str, Chapter], timeout: float,
         for row in other:
             out.write(f"| {_md(row.student)} | {_md(row.notebook)} | {row.status} | "
                       f"{_md(row.first_problem)} |\n")
+    if info.get("skipped"):
+        out.write("\n## Files not graded as anyone's\n\nLinks in the submissions folder "
+                  "(symbolic or hard links: a second name for a classmate's or your own file) "
+                  "and files outside it; none was graded. Look at each:\n\n"
+                  "| path | why |\n| --- | --- |\n")
+        for path, why in info["skipped"]:
+            out.write(f"| {_md(path)} | {_md(why)} |\n")
     if info.get("unmatched"):
         out.write("\n## Notebooks of no one on the roster\n\nGraded under the name their "
                   "file gives:\n\n" + "".join(f"- `{_md(n)}`\n" for n in info["unmatched"]))
@@ -227,12 +234,12 @@ def write_nbgrader_csv(rows: list[Row], chapters: dict[str, Chapter], assignment
                 person = people.get(student)
                 first, _, last = (person.name.rpartition(" ")[::-1] if person and person.name
                                   else ("", "", ""))
-                writer.writerow({
+                writer.writerow(gradebook.csv_row({
                     "assignment": name, "duedate": "", "timestamp": "", "student_id": student,
                     "last_name": first if person else "", "first_name": last if person else "",
                     "email": person.email if person else "", "raw_score": score,
                     "late_submission_penalty": 0.0, "score": score,
-                    "max_score": float(len(chapters[name].exercises))})
+                    "max_score": float(len(chapters[name].exercises))}))
 
 
 def write_otter_csv(rows: list[Row], chapter: Chapter, path: Path) -> None:
@@ -257,7 +264,7 @@ def write_otter_csv(rows: list[Row], chapter: Chapter, path: Path) -> None:
             scores = {f"Exercise {n}": gradebook._num(cells[n].score) if n in cells else 0
                       for n in numbers}
             total = round(sum(float(v) for v in scores.values()), 4)
-            writer.writerow({"file": notebook, **scores,
-                             "total_points_earned": gradebook._num(total),
-                             "percent_correct": round(total / len(numbers), 4) if numbers
-                             else 0, "grading_status": "Completed"})
+            writer.writerow(gradebook.csv_row({
+                "file": notebook, **scores, "total_points_earned": gradebook._num(total),
+                "percent_correct": round(total / len(numbers), 4) if numbers else 0,
+                "grading_status": "Completed"}))
