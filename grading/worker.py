@@ -470,6 +470,8 @@ def zygote(control_fd: int) -> int:
             status = survivors = None
             if pid is not None:
                 status, survivors = end_exercise(pid, config, float(request.get("wait", 0)))
+            if not children:  # no exercise running: reap every orphan that came back here
+                reap_all()
             control.send({"ev": "ended", "task": request["task"], "status": status,
                           "survivors": survivors})
         elif op == "quit":
@@ -508,6 +510,18 @@ def end_exercise(pid: int, config: dict[str, Any], wait: float = 0.0) -> tuple[i
     if level != "namespaces":
         shutil.rmtree(Path(config["tasks"]) / f"task-{pid}", ignore_errors=True)
     return status, survivors
+
+
+def reap_all() -> None:
+    """Reap every child of this process that has ended (the orphans of exercises, which
+    come back to the zygote, their subreaper): no zombie outlives its exercise."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def _descendants(pid: int) -> list[int]:
