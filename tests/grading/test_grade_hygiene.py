@@ -214,3 +214,20 @@ def test_a_hostile_folder_graded_end_to_end(tmp_path):
         assert "<img" not in path.read_text(encoding="utf-8")
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert {r["student"] for r in results} == {"alice", FORMULA, TAG, "hal"}
+
+
+# -- the book's own solutions, as the made-up class's "solution" student hands them in ---------
+
+@pytest.mark.sandbox
+@pytest.mark.slow  # every chapter graded in the sandbox
+def test_the_books_solutions_pass_every_exercise_through_the_grader(tmp_path):
+    """The made-up class's "solution" student is the book's solution blocks, unedited
+    (grading.chapters.solutions has no hand-written fixes): every exercise passes."""
+    from grading import made_up_class
+
+    made_up_class.write_class(tmp_path / "subs", students=1, profiles=["solution"])
+    rows = grade.grade(tmp_path / "subs", tmp_path / "out", timeout=60.0, jobs=2)
+    graded = [r for r in rows if r.exercise]
+    assert len(graded) == 48
+    assert [(r.exercise, r.status, r.first_problem) for r in graded
+            if r.status != "passed"] == []
