@@ -166,3 +166,31 @@ def test_same_answer_typed_again_has_the_same_fingerprint():
     b = "def f(x):\n\n    return x+1\n"
     assert lint.fingerprint([a]) == lint.fingerprint([b])
     assert lint.fingerprint([a]) != lint.fingerprint(["def f(x):\n    return x\n"])
+
+
+@pytest.mark.parametrize("number", ["1.1", "6.1", "9.2"])
+def test_a_students_own_function_of_a_library_name_is_not_flagged(number):
+    """The starter and the book's solution of an exercise whose function shares its name with
+    the library's (the student's own `attention_flops`, `tile_class`, `io_count`)."""
+    from grading import chapters
+
+    chapter = next(c for c in chapters.load_chapters().values() if number in c.exercises)
+    forbid = grade._forbidden(chapter.exercises[number])
+    name = chapter.exercises[number].call.partition("(")[2].rstrip(")")
+    assert name in {f.rpartition(".")[2] for f in forbid}  # the library's name too
+    assert lint.flags(chapter.starters[number], forbid) == []
+    solution = chapters.solutions(grade.ROOT / "book" / f"{chapter.name}.md")[number]
+    assert lint.flags([solution + f"\n\ncheck_x({name})\n"], forbid) == []
+
+
+@pytest.mark.parametrize(("cell", "why"), [
+    ("copy = io_count\ndef io_count(*a):\n    return copy(*a)\n", "uses flashlib's `io_count`"),
+    ("def f(*a):\n    return io_count(*a)\ncheck(f)\n", "uses flashlib's `io_count`"),
+    ("from flashlib.studies.io import io_count\ncheck(io_count)\n", "imports flashlib's"),
+    ("import flashlib.studies.io as m\ncheck(m.io_count)\n", "uses flashlib's `io_count`"),
+    ("io_count = getattr(m, 'io_count')\n", "names flashlib's `io_count` in a string"),
+    ("def io_count(*a, lib=io_count):\n    return lib(*a)\n", "uses flashlib's `io_count`"),
+])
+def test_the_library_function_under_its_own_name_is_still_flagged(cell, why):
+    found = lint.flags([cell], ["flashlib.studies.io.io_count"])
+    assert any(why in f for f in found), found
