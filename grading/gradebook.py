@@ -63,6 +63,7 @@ class Student:
     name: str = ""
     email: str = ""
     keys: set[str] = field(default_factory=set)  # what a submission may be called
+    canvas: dict[str, str] = field(default_factory=dict)  # Canvas's own columns, if given
 
     def __post_init__(self) -> None:
         self.keys |= {k for k in (_key(self.id), _key(self.email)) if k}
@@ -122,7 +123,10 @@ def load_roster_text(text: str, path: str = "the roster") -> list[Student]:
         if not ident or name.lower() in ("points possible", "test student"):
             continue  # Canvas's "Points Possible" line, its test student
         others = {_key(row.get(columns[h]) or "") for h in HEADERS["id"] if h in columns}
-        students.append(Student(ident, name, email, keys={k for k in others if k}))
+        canvas = {c: (row.get(columns[c.lower()]) or "").strip() for c in CANVAS_COLUMNS[1:]
+                  if c.lower() in columns}
+        students.append(Student(ident, name, email, keys={k for k in others if k},
+                                canvas=canvas))
     return students
 
 
@@ -258,6 +262,81 @@ def text(value: Any) -> str:
 def cell(value: Any) -> str:
     """:func:`text` for a Markdown table cell: one line, no column breaks."""
     return text(" ".join(str(value).split())).replace("|", "\\|")
+
+
+LONG_COLUMNS = ["student", "chapter", "exercise", "points", "max_points", "status", "late"]
+
+
+def write_long_gradebook(path: Path, rows: list[Any], students: list[tuple[str, str, str]],
+                         exercises: list[tuple[str, str]], partial: bool) -> None:
+    """gradebook_long.csv: one row per student and exercise (the student's best notebook
+    of the chapter), with its points, the points possible (1), its status ("missing" where
+    the student handed in no notebook of the chapter) and whether it was handed in late."""
+    best = best_rows(rows, partial)
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(LONG_COLUMNS)
+        for key, _, _ in students:
+            for chapter, number in exercises:
+                row = best.get((key, chapter, number))
+                writer.writerow(csv_row([
+                    key, chapter, number, _num(score(row, partial)) if row else "0", 1,
+                    row.status if row else "missing",
+                    "yes" if row is not None and row.late else "no"]))
+
+
+#: Canvas's gradebook columns before the assignments (its export's, which its import reads
+#: back: the student is matched by ID, else SIS User ID, else SIS Login ID).
+CANVAS_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+
+
+def write_canvas_import(path: Path, rows: list[Any], people: list[Any],
+                        chapters: list[tuple[str, str, int]], partial: bool) -> None:
+    """canvas_import.csv, for Canvas's Grades > Import: Canvas's export layout (the columns
+    of :data:`CANVAS_COLUMNS`, then one column per chapter named by its title, then a
+    "Points Possible" row); ``people``: the roster's students (with the Canvas columns of a
+    Canvas roster) or (key, name, email); ``chapters``: [(name, title, exercises)]."""
+    best = best_rows(rows, partial)
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(CANVAS_COLUMNS + [title for _, title, _ in chapters])
+        writer.writerow(["Points Possible", "", "", "", ""] + [n for _, _, n in chapters])
+        for person in people:
+            key, name, canvas = _person(person)
+            points = [_num(round(sum(score(r, partial) for (s, c, _), r in best.items()
+                                     if s == key and c == chapter), 4))
+                      for chapter, _, _ in chapters]
+            last_first = ", ".join(reversed(name.rsplit(" ", 1))) if name else key
+            writer.writerow(csv_row([last_first, canvas.get("ID", ""),
+                                     canvas.get("SIS User ID") or key,
+                                     canvas.get("SIS Login ID", ""),
+                                     canvas.get("Section", ""), *points]))
+
+
+def write_moodle_import(path: Path, rows: list[Any], people: list[Any],
+                        chapters: list[tuple[str, str, int]], partial: bool) -> None:
+    """moodle_import.csv, for Moodle's Grades > Import > CSV file: a column to identify the
+    student by ("Email address" where the roster gives one, else "ID number"), then one
+    column per chapter (its title), points as plain numbers; each column is mapped to a grade
+    item in Moodle's import form."""
+    best = best_rows(rows, partial)
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["ID number", "Email address", "Full name"]
+                        + [title for _, title, _ in chapters])
+        for person in people:
+            key, name, _ = _person(person)
+            email = person.email if isinstance(person, Student) else person[2]
+            points = [_num(round(sum(score(r, partial) for (s, c, _), r in best.items()
+                                     if s == key and c == chapter), 4))
+                      for chapter, _, _ in chapters]
+            writer.writerow(csv_row([key, email, name, *points]))
+
+
+def _person(person: Any) -> tuple[str, str, dict[str, str]]:
+    if isinstance(person, Student):
+        return person.id, person.name, person.canvas
+    return person[0], person[1], {}
 
 
 def _num(x: float) -> str:

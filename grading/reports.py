@@ -89,6 +89,15 @@ def write_reports(rows: list[Row], chapters: dict[str, Chapter], out: Path, *, t
         if row.late and row.chapter:
             late.setdefault(row.student, set()).add(row.chapter)
     gradebook.write_gradebook(out / "gradebook.csv", rows, people, exercises, late, partial)
+    gradebook.write_long_gradebook(out / "gradebook_long.csv", rows, people, exercises, partial)
+    roster_people = {s.id: s for s in roster or []}
+    platform_people = [roster_people.get(p[0], p) for p in people]
+    titled = [(name, chapters[name].title, len(chapters[name].exercises))
+              for name in assignments]
+    gradebook.write_canvas_import(out / "canvas_import.csv", rows, platform_people, titled,
+                                  partial)
+    gradebook.write_moodle_import(out / "moodle_import.csv", rows, platform_people, titled,
+                                  partial)
     gradebook.write_feedback(out / "feedback", rows, people, chapters, partial, timeout)
 
 

@@ -194,3 +194,40 @@ def test_a_students_own_function_of_a_library_name_is_not_flagged(number):
 def test_the_library_function_under_its_own_name_is_still_flagged(cell, why):
     found = lint.flags([cell], ["flashlib.studies.io.io_count"])
     assert any(why in f for f in found), found
+
+
+def test_long_gradebook_and_the_platforms_import_files(tmp_path):
+    """gradebook_long.csv: one row per student and exercise; canvas_import.csv in Canvas's
+    gradebook layout (its export's columns, a Points Possible row, one column per
+    assignment); moodle_import.csv with a column to identify users by."""
+    from grading import chapters, reports
+
+    chapter = chapters.load_chapters()["online-softmax"]
+    numbers = sorted(chapter.exercises, key=chapters.number_key)
+    roster = gradebook.load_roster_text(
+        "Student,ID,SIS User ID,SIS Login ID,Section,Email\n"
+        "\"Smith, Alice\",1001,S1,asmith,Sec A,alice@uni.edu\n"
+        "\"Jones, Bob\",1002,S2,bjones,Sec A,bob@uni.edu\n")
+    alice = roster[0].id
+    rows = [reports.Row(alice, "a.ipynb", "online-softmax", n,
+                        "passed" if i < 2 else "failed", late=True)
+            for i, n in enumerate(numbers)]
+    out = tmp_path / "out"
+    reports.write_reports(rows, {"online-softmax": chapter}, out, timeout=5, context_errors={},
+                          chapter_names=["online-softmax"], roster=roster)
+    with open(out / "gradebook_long.csv", encoding="utf-8", newline="") as f:
+        long = list(csv.DictReader(f))
+    assert list(long[0]) == gradebook.LONG_COLUMNS
+    assert len(long) == 2 * len(numbers)
+    assert long[0] == {"student": alice, "chapter": "online-softmax", "exercise": numbers[0],
+                       "points": "1", "max_points": "1", "status": "passed", "late": "yes"}
+    assert {r["status"] for r in long if r["student"] != alice} == {"missing"}
+    with open(out / "canvas_import.csv", encoding="utf-8", newline="") as f:
+        canvas = list(csv.reader(f))
+    assert canvas[0] == gradebook.CANVAS_COLUMNS + [chapter.title]
+    assert canvas[1] == ["Points Possible", "", "", "", "", str(len(numbers))]
+    assert canvas[2] == ["Smith, Alice", "1001", "S1", "asmith", "Sec A", "2"]
+    assert canvas[3][-1] == "0"
+    with open(out / "moodle_import.csv", encoding="utf-8", newline="") as f:
+        moodle = list(csv.DictReader(f))
+    assert moodle[0]["Email address"] == "alice@uni.edu" and moodle[0][chapter.title] == "2"
