@@ -94,6 +94,7 @@ import re
 import sys
 import time
 from collections import deque
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -287,9 +288,11 @@ def unchanged(cells: list[str], starters: list[str]) -> bool:
 def grade(folder: Path, out: Path, *, timeout: float | None = None, jobs: int = 1,
           chapter_names: list[str] | None = None, roster: Path | None = None,
           partial_credit: bool = False, strict: bool = False, standalone: bool = False,
-          confinement: Any = None) -> list[Row]:
+          confinement: Any = None, due: datetime | None = None) -> list[Row]:
     """Grade every notebook below ``folder``; write the reports into ``out``; the rows.
-    ``timeout``: CPU seconds per exercise (None: grading.judge.TIMEOUT)."""
+    ``timeout``: CPU seconds per exercise (None: grading.judge.TIMEOUT).  ``due``: the
+    deadline; a notebook whose time is known (nbgrader's timestamp.txt, Blackboard's name)
+    and later loses what the late policy says (grading/gradebook.py's ``late_factor``)."""
     from grading import sandbox
     from grading.judge import TIMEOUT, Options
 
@@ -331,8 +334,9 @@ def grade(folder: Path, out: Path, *, timeout: float | None = None, jobs: int = 
         cells = exercise_cells(nb, chapter.markdown)
         order = sorted(cells, key=number_key)
         for number in sorted(chapter.exercises, key=number_key):
+            days = gradebook.days_late(sub.submitted, due)
             row = Row(sub.student, sub.notebook, chapter.name, number, "missing",
-                      late=sub.late, partial=partial_credit)
+                      late=sub.late or bool(days), late_days=days, partial=partial_credit)
             rows.append(row)
             if number not in cells:
                 row.first_problem = f"no 'Exercise {number}' heading in the notebook"
@@ -390,6 +394,7 @@ def grade(folder: Path, out: Path, *, timeout: float | None = None, jobs: int = 
                              number_key(r.exercise) if r.exercise else ()))
     info = {"timeout": timeout, "confinement": confinement.describe(), "strict": strict,
             "standalone": standalone, "partial_credit": partial_credit, "jobs": jobs,
+            "due": due.isoformat() if due else "",
             "seconds": time.monotonic() - started,
             "unmatched": sorted({s.notebook for s in subs if not s.on_roster})
             if students is not None else [],

@@ -34,9 +34,11 @@ from __future__ import annotations
 import csv
 import html
 import io
+import math
 import re
 import unicodedata
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +140,7 @@ class Owner:
     late: bool = False
     file_name: str = ""  # the notebook's own name, without the platform's prefix
     hints: tuple[str, ...] = ()  # other names to match against a roster (a user id)
+    submitted: str = ""  # when, where the name says (Blackboard)
 
 
 def lms_name(name: str) -> Owner | None:
@@ -151,7 +154,7 @@ def lms_name(name: str) -> Owner | None:
         return Owner(match["name"].strip(), False, match["file"], (match["uid"],))
     match = BLACKBOARD.match(name)
     if match:
-        return Owner(match["user"], False, match["file"] or "", ())
+        return Owner(match["user"], False, match["file"] or "", (), match["date"])
     return None
 
 
@@ -162,7 +165,7 @@ def owner(rel: Path) -> Owner:
     for part in rel.parts[:-1]:
         found = lms_name(part)
         if found is not None:
-            return Owner(found.key, found.late, rel.name, found.hints)
+            return Owner(found.key, found.late, rel.name, found.hints, found.submitted)
     if len(rel.parts) > 1:
         return Owner(rel.parts[0], False, rel.name)
     found = lms_name(rel.name)
@@ -184,14 +187,60 @@ def match_roster(who: Owner, roster: list[Student]) -> Student | None:
 # Scores and files
 # ---------------------------------------------------------------------------------------------
 
-def score(row: Any, partial: bool) -> float:
+def score(row: Any, partial: bool, late: bool = True) -> float:
     """An exercise row's score: 1 passed, 0 otherwise; with ``partial``, checks passed /
-    total wherever the checker ran (passed, failed, an error after the checks ran)."""
+    total wherever the checker ran (passed, failed, an error after the checks ran); times
+    the late policy's factor (:func:`late_factor`) unless ``late`` is False."""
     if row.status == "passed":
+        raw = 1.0
+    elif partial and row.status in ("failed", "error") and row.checks_total:
+        raw = round(row.checks_passed / row.checks_total, 4)
+    else:
+        raw = 0.0
+    factor = late_factor(getattr(row, "late_days", None)) if late else 1.0
+    return round(raw * factor, 4)
+
+
+#: The late policy the instructor guide suggests (book/instructor.md, "Deadlines and late
+#: work"): 10% off per day late (a day begun counts), up to 3 days, then 0.
+LATE_PER_DAY = 0.10
+LATE_MAX_DAYS = 3
+
+
+def late_factor(days: int | None) -> float:
+    """What a score is multiplied by when handed in ``days`` days late (None: on time, or
+    how late is unknown)."""
+    if not days or days <= 0:
         return 1.0
-    if partial and row.status in ("failed", "error") and row.checks_total:
-        return round(row.checks_passed / row.checks_total, 4)
-    return 0.0
+    if days > LATE_MAX_DAYS:
+        return 0.0
+    return round(1.0 - LATE_PER_DAY * days, 4)
+
+
+def days_late(submitted: datetime | None, due: datetime | None) -> int | None:
+    """Whole days begun after ``due`` (0 when on time); None when either is unknown."""
+    if submitted is None or due is None:
+        return None
+    seconds = (_utc(submitted) - _utc(due)).total_seconds()
+    return max(0, math.ceil(seconds / 86400))
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def parse_time(text: str) -> datetime | None:
+    """A submission time as nbgrader's timestamp.txt ("2026-01-20 10:31:00.123456 UTC"),
+    Blackboard's file name ("2026-01-20-10-31-00") or ISO 8601 write it; None otherwise.
+    Times without a zone are UTC."""
+    text = text.strip().removesuffix(" UTC").removesuffix("Z")
+    match = re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})-(\d{2})-(\d{2})-(\d{2})", text)
+    if match:
+        return datetime(*map(int, match.groups()), tzinfo=timezone.utc)
+    try:
+        return _utc(datetime.fromisoformat(text))
+    except ValueError:
+        return None
 
 
 def best_rows(rows: list[Any], partial: bool) -> dict[tuple[str, str, str], Any]:
@@ -388,6 +437,12 @@ def write_feedback(folder: Path, rows: list[Any], students: list[tuple[str, str,
             lines += [f"Notebook: {text(notebooks[0])}" if len(notebooks) == 1 else
                       "Notebooks: " + ", ".join(text(n) for n in notebooks)
                       + " (the best one counts)", ""]
+            days = next((r.late_days for r in chapter_rows if r.late_days), None)
+            if days:
+                lines += [f"Handed in {days} day{'s' * (days > 1)} late: each exercise's score "
+                          f"is multiplied by {_num(late_factor(days))} (the late policy: "
+                          f"{LATE_PER_DAY:.0%} off per day begun, up to {LATE_MAX_DAYS} days, "
+                          "then 0).", ""]
             lines += ["| exercise | status | score | what the checker said first |",
                       "| --- | --- | --- | --- |"]
             ordered = sorted((r for r in chapter_rows if best.get(

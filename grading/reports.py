@@ -36,6 +36,7 @@ class Row:
     notes: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
     late: bool = False
+    late_days: int | None = None  # days late, where the due date and the time are known
     partial: bool = False  # the score is checks passed / total (--partial-credit)
 
     @property
@@ -137,6 +138,10 @@ def summary(rows: list[Row], chapters: dict[str, Chapter], timeout: float,
              "a statement that does not parse is skipped, an error after the answer noted",
              "partial credit (checks passed / run)" if info.get("partial_credit") else
              "one point per exercise whose checks all pass"]
+    if info.get("due"):
+        rules.append(f"due {info['due']}: {gradebook.LATE_PER_DAY:.0%} off per day begun late "
+                     f"(nbgrader's timestamp.txt, Blackboard's name), up to "
+                     f"{gradebook.LATE_MAX_DAYS} days, then 0")
     out.write("Rules: " + "; ".join(rules) + ".\n")
     for name, chapter in chapters.items():
         chapter_rows = [r for r in rows if r.chapter == name]
@@ -234,20 +239,24 @@ def write_nbgrader_csv(rows: list[Row], chapters: dict[str, Chapter], assignment
         writer.writeheader()
         for name in assignments:
             for student in students:
-                per_notebook: dict[str, float] = {}
+                per_notebook: dict[str, tuple[float, float]] = {}
                 for row in rows:
                     if row.chapter == name and row.student == student and row.exercise:
-                        per_notebook[row.notebook] = per_notebook.get(row.notebook, 0) + (
-                            row.score)
-                score = float(round(max(per_notebook.values(), default=0), 4))
+                        raw, final = per_notebook.get(row.notebook, (0.0, 0.0))
+                        per_notebook[row.notebook] = (
+                            raw + gradebook.score(row, row.partial, late=False),
+                            final + row.score)
+                raw, score = max(per_notebook.values(), key=lambda p: p[1],
+                                 default=(0.0, 0.0))
+                raw, score = float(round(raw, 4)), float(round(score, 4))
                 person = people.get(student)
                 first, _, last = (person.name.rpartition(" ")[::-1] if person and person.name
                                   else ("", "", ""))
                 writer.writerow(gradebook.csv_row({
                     "assignment": name, "duedate": "", "timestamp": "", "student_id": student,
                     "last_name": first if person else "", "first_name": last if person else "",
-                    "email": person.email if person else "", "raw_score": score,
-                    "late_submission_penalty": 0.0, "score": score,
+                    "email": person.email if person else "", "raw_score": raw,
+                    "late_submission_penalty": round(raw - score, 4), "score": score,
                     "max_score": float(len(chapters[name].exercises))}))
 
 

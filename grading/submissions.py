@@ -8,6 +8,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import nbformat
@@ -24,6 +25,7 @@ class Submission:
     late: bool = False
     file_name: str = ""  # the notebook's own name (a platform's prefix removed)
     on_roster: bool = True
+    submitted: datetime | None = None  # when it was handed in, where known
 
 
 @dataclass
@@ -104,8 +106,23 @@ def find_submissions(folder: Path, roster: list[gradebook.Student] | None = None
             match = gradebook.match_roster(who, roster)
             student, on_roster = (match.id, True) if match else (who.key, False)
         found.append(Submission(student, path, rel.as_posix(), who.late, who.file_name,
-                                on_roster))
+                                on_roster, submission_time(path, folder, who)))
     return found
+
+
+def submission_time(path: Path, folder: Path, who: gradebook.Owner) -> datetime | None:
+    """When a notebook was handed in: nbgrader's ``timestamp.txt`` in its folder or one
+    above it (below ``folder``), else the date in a Blackboard name; None when unknown (the
+    file's own time is not used: copying a folder changes it)."""
+    here = path.parent
+    while here != folder and folder in here.parents:
+        stamp = here / "timestamp.txt"
+        if stamp.is_file() and not stamp.is_symlink():
+            found = gradebook.parse_time(stamp.read_text(encoding="utf-8", errors="replace")[:64])
+            if found is not None:
+                return found
+        here = here.parent
+    return gradebook.parse_time(who.submitted) if who.submitted else None
 
 
 def notebook_title(nb: nbformat.NotebookNode) -> str | None:

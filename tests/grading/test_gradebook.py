@@ -231,3 +231,50 @@ def test_long_gradebook_and_the_platforms_import_files(tmp_path):
     with open(out / "moodle_import.csv", encoding="utf-8", newline="") as f:
         moodle = list(csv.DictReader(f))
     assert moodle[0]["Email address"] == "alice@uni.edu" and moodle[0][chapter.title] == "2"
+
+
+def test_the_late_policy_of_the_guide():
+    """10% off per day begun, up to 3 days, then 0 (book/instructor.md)."""
+    from datetime import datetime, timezone
+
+    due = datetime(2026, 1, 20, 23, 59, tzinfo=timezone.utc)
+    at = gradebook.parse_time
+    assert gradebook.days_late(at("2026-01-20 22:00:00.123456 UTC"), due) == 0
+    assert gradebook.days_late(at("2026-01-21T00:01"), due) == 1
+    assert gradebook.days_late(at("2026-01-23-23-59-00"), due) == 3
+    assert gradebook.days_late(at("2026-01-24T00:00"), due) == 4
+    assert gradebook.days_late(None, due) is None
+    assert [gradebook.late_factor(d) for d in (None, 0, 1, 2, 3, 4)] == [1, 1, 0.9, 0.8,
+                                                                         0.7, 0]
+
+
+def test_late_work_loses_points_in_every_report(tmp_path):
+    """A notebook with nbgrader's timestamp.txt two days after --due: 0.8 of each point, in
+    the gradebooks, nbgrader's file (raw score and penalty) and the student's feedback."""
+    from datetime import datetime, timezone
+
+    from grading import chapters, reports, submissions
+
+    folder = tmp_path / "subs" / "alice" / "online-softmax"
+    folder.mkdir(parents=True)
+    (folder / "online-softmax.ipynb").write_text("{}", encoding="utf-8")
+    (folder / "timestamp.txt").write_text("2026-01-22 10:00:00.000000 UTC", encoding="utf-8")
+    (sub,) = submissions.find_submissions(tmp_path / "subs")
+    due = datetime(2026, 1, 20, 23, 59, tzinfo=timezone.utc)
+    days = gradebook.days_late(sub.submitted, due)
+    assert days == 2
+    chapter = chapters.load_chapters()["online-softmax"]
+    rows = [reports.Row("alice", sub.notebook, "online-softmax", n, "passed", late=True,
+                        late_days=days) for n in chapter.exercises]
+    out = tmp_path / "out"
+    reports.write_reports(rows, {"online-softmax": chapter}, out, timeout=5, context_errors={},
+                          chapter_names=["online-softmax"])
+    n = len(chapter.exercises)
+    with open(out / "gradebook_long.csv", encoding="utf-8", newline="") as f:
+        assert {r["points"] for r in csv.DictReader(f)} == {"0.8"}
+    with open(out / "nbgrader_grades.csv", encoding="utf-8", newline="") as f:
+        (row,) = csv.DictReader(f)
+    assert float(row["raw_score"]) == n and float(row["score"]) == round(0.8 * n, 4)
+    assert float(row["late_submission_penalty"]) == round(0.2 * n, 4)
+    feedback = (out / "feedback" / "alice.md").read_text(encoding="utf-8")
+    assert "Handed in 2 days late: each exercise's score is multiplied by 0.8" in feedback
