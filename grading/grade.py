@@ -388,6 +388,7 @@ def grade(folder: Path, out: Path, *, timeout: float | None = None, jobs: int = 
         row.feedback = result.get("feedback", "")
         row.output = result.get("output", "")
         row.notes = list(result.get("notes", []))
+        row.memory = dict(result.get("memory") or {})
         row.flags = row.flags + [f for f in result.get("flags", []) if f not in row.flags]
     order = {name: i for i, name in enumerate(chapters)}
     rows.sort(key=lambda r: (r.student, order.get(r.chapter, -1), r.notebook,

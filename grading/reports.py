@@ -37,6 +37,7 @@ class Row:
     flags: list[str] = field(default_factory=list)
     late: bool = False
     late_days: int | None = None  # days late, where the due date and the time are known
+    memory: dict[str, int] = field(default_factory=dict)  # peak_bytes, chapter_bytes
     partial: bool = False  # the score is checks passed / total (--partial-credit)
 
     @property
@@ -70,7 +71,7 @@ def write_reports(rows: list[Row], chapters: dict[str, Chapter], out: Path, *, t
         writer.writerows(gradebook.csv_row(row.csv()) for row in rows)
     (out / "results.json").write_text(json.dumps(
         [row.csv() | {"feedback": row.feedback, "output": row.output, "notes": row.notes,
-                      "flags": row.flags} for row in rows],
+                      "flags": row.flags, "memory": row.memory} for row in rows],
         indent=1) + "\n", encoding="utf-8")
     (out / "summary.md").write_text(summary(rows, chapters, timeout, context_errors, info),
                                     encoding="utf-8")

@@ -468,12 +468,14 @@ def zygote(control_fd: int) -> int:
         elif op == "end":
             pid = children.pop(request["task"], None)
             status = survivors = None
+            peak = base = None
             if pid is not None:
+                peak, base = peak_memory(pid), _vm("VmRSS", os.getpid())
                 status, survivors = end_exercise(pid, config, float(request.get("wait", 0)))
             if not children:  # no exercise running: reap every orphan that came back here
                 reap_all()
             control.send({"ev": "ended", "task": request["task"], "status": status,
-                          "survivors": survivors})
+                          "survivors": survivors, "peak": peak, "base": base})
         elif op == "quit":
             return 0
 
@@ -510,6 +512,26 @@ def end_exercise(pid: int, config: dict[str, Any], wait: float = 0.0) -> tuple[i
     if level != "namespaces":
         shutil.rmtree(Path(config["tasks"]) / f"task-{pid}", ignore_errors=True)
     return status, survivors
+
+
+def peak_memory(pid: int) -> int | None:
+    """The most resident memory (bytes) any process of the exercise has held so far: the
+    largest ``VmHWM`` of its processes, read from /proc by the zygote, outside the student's
+    process (which cannot change it); None when none can be read (they have ended)."""
+    found = [_vm("VmHWM", p) for p in [pid, *_descendants(pid)]]
+    found = [f for f in found if f is not None]
+    return max(found) if found else None
+
+
+def _vm(field: str, pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def reap_all() -> None:

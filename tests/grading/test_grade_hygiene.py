@@ -231,3 +231,39 @@ def test_the_books_solutions_pass_every_exercise_through_the_grader(tmp_path):
     assert len(graded) == 48
     assert [(r.exercise, r.status, r.first_problem) for r in graded
             if r.status != "passed"] == []
+
+
+# -- memory, measured outside the student's process --------------------------------------------
+
+def test_memory_is_measured_by_the_grader_and_capped(tmp_path):
+    """The zygote reads the exercise's peak resident memory from /proc (the student's code
+    cannot change it): an exercise holding 400 MB shows it; one asking for more than its
+    limit is stopped (MemoryError under RLIMIT_AS) and flagged."""
+    import dataclasses
+
+    from grading import sandbox
+
+    exercise = chapters.Exercise("1", "check_empty_partial(empty)", "check_empty_partial",
+                                 "flashlib.book.exercises.online_softmax.check_empty_partial")
+    chapter = chapters.Chapter(
+        "fake", "Fake", [
+            ("code", "import numpy as np\n"
+                     "from flashlib.book.exercises.online_softmax import check_empty_partial"),
+            ("exercise", "1"), ("exercise", "2"), ("exercise", "3"),
+        ], {n: dataclasses.replace(exercise, number=n) for n in "123"}, [])
+    empty = ("def empty(n_q, d_v):\n    return np.full(n_q, -np.inf), np.zeros(n_q), "
+             "np.zeros((n_q, d_v))\n")
+    too_much = sandbox.LIMITS["memory"] + 2**30
+    tasks = [{"id": "small", "exercise": "1", "cells": [empty]},
+             {"id": "big", "exercise": "2",
+              "cells": ["held = np.ones(50_000_000)  # 400 MB\n" + empty]},
+             {"id": "huge", "exercise": "3",
+              "cells": [f"held = np.ones({too_much // 8})\n" + empty]}]
+    found, errors = grade.grade_chapter(chapter, tasks, 20.0, 1, tmp_path / "logs")
+    assert errors == []
+    small, big = found["small"]["memory"], found["big"]["memory"]
+    assert small["peak_bytes"] > 0 and small["chapter_bytes"] > 0
+    assert big["peak_bytes"] - small["peak_bytes"] > 350e6
+    assert found["big"]["status"] == "passed"
+    assert found["huge"]["status"] != "passed"
+    assert any("hit the memory limit" in f for f in found["huge"]["flags"])
