@@ -40,7 +40,7 @@ def _walk(folder: Path, skipped: list[Skipped]) -> list[Path]:
     """The .ipynb files below ``folder`` that are its own: symbolic links (to files or
     folders), hard-linked files (more than one name for the same file: a classmate's or the
     instructor's file under a second name) and anything whose real path is outside
-    ``folder`` are left out, each added to ``skipped``.  Hidden folders and
+    ``folder`` are left out, each added to ``skipped``.  Hidden files and folders and
     .ipynb_checkpoints are passed over silently."""
     root = folder.resolve()
     found: list[Path] = []
@@ -58,7 +58,7 @@ def _walk(folder: Path, skipped: list[Skipped]) -> list[Path]:
             keep.append(name)
         dirs[:] = keep
         for name in sorted(files):
-            if not name.endswith(".ipynb"):
+            if not name.endswith(".ipynb") or name.startswith("."):
                 continue
             path = base / name
             rel = path.relative_to(folder)
