@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import gc
 import importlib
 import os
 import shutil
@@ -296,6 +297,10 @@ class Server:
                         result, peak = measure_peak(fn, *args, **kwargs)
                     else:
                         result = fn(*args, **kwargs)
+                    # what the call left behind in a cycle (an unclosed pool) is finalised
+                    # now, its ResourceWarning recorded with this call, whatever the moment
+                    # the garbage collector would have chosen (the young generations: cheap)
+                    gc.collect(1)
                 error = None
             except BaseException as err:  # noqa: BLE001 - the student's code raised
                 error, calls = err, locals().get("calls", [])
