@@ -17,6 +17,7 @@ sandbox          the confinement: what the platform allows, bubblewrap's command
                  namespaces, capabilities and limits inside, cgroups
 made_up_class    a made-up class of students (every profile, cheats and attacks)
 instructor_files the generated parts of the instructor guide
+gradescope       the grader as a Gradescope autograder (its files; results.json per submission)
 
 The checkers are flashlib's (flashlib.book.exercises); the grader reaches them through one
 module, flashlib.book.exercises.grader_adapter.  flashlib never imports grading, and grading

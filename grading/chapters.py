@@ -211,20 +211,6 @@ def exercise_table(chapters: dict[str, Chapter] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-#: Solutions the book gives in words or through a library function: what a student writes.
-SOLUTION_FIXES = {
-    "4.5": 'answer = "a"',
-    "5.4": """def count_tiles(n, block_q, block_k):
-    computed = masked = 0
-    for i0 in range(0, n, block_q):
-        i1 = min(i0 + block_q, n)
-        for j0 in range(0, i1, block_k):  # tiles whose first key the last row sees
-            computed += 1
-            masked += min(j0 + block_k, n) - 1 > i0  # top-right entry hidden
-    return computed, masked""",
-}
-
-
 def solutions(source: Path) -> dict[str, str]:
     """``{exercise number: the code of its solution}``: the ```python blocks and the code
     cells of each "Solution to Exercise" in the chapter's notebook (notebooks/NAME.ipynb)."""
@@ -248,5 +234,4 @@ def solutions(source: Path) -> dict[str, str]:
                 found.setdefault(title[1], []).append(cell.source.split("\n", 1)[1])
     found = {number: "\n\n".join(code.strip("\n") for code in codes)
              for number, codes in found.items() if codes}
-    prefix = f"{toc.chapter_number(source)}."
-    return found | {n: code for n, code in SOLUTION_FIXES.items() if n.startswith(prefix)}
+    return found

@@ -22,10 +22,20 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 from grading.chapters import exercise_table
 from grading.grade import STATUSES, grade
+
+
+def _due(text: str) -> datetime:
+    from grading.gradebook import parse_time
+
+    found = parse_time(text)
+    if found is None:
+        raise argparse.ArgumentTypeError(f"not a date and time: {text!r} (2026-01-20T23:59)")
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--standalone", action="store_true",
                         help="run each exercise's cells alone (default: the student's earlier "
                              "exercise cells first, as Jupyter's Run all)")
+    parser.add_argument("--due", type=_due, metavar="YYYY-MM-DDTHH:MM",
+                        help="the deadline (UTC unless it names a zone): a notebook handed in "
+                             "later, by nbgrader's timestamp.txt or Blackboard's name, loses "
+                             "10%% a day begun, up to 3 days, then all (the guide's policy)")
     parser.add_argument("--list-exercises", action="store_true",
                         help="print every exercise, its checker and what it checks (Markdown)")
     args = parser.parse_args(argv)
@@ -77,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = grade(args.submissions, args.out, timeout=args.timeout, jobs=args.jobs,
                      chapter_names=args.chapters, roster=args.roster,
                      partial_credit=args.partial_credit, strict=args.strict,
-                     standalone=args.standalone)
+                     standalone=args.standalone, due=args.due)
     except ValueError as err:  # a roster without the columns it needs
         parser.error(str(err))
     counts = {status: sum(r.status == status for r in rows) for status in STATUSES}
@@ -87,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     if flagged:
         print(f"{flagged} rows flagged for the instructor (summary.md, last section)")
     print(f"reports in {args.out}/: results.csv, summary.md, results.json, gradebook.csv, "
-          "feedback/, nbgrader_grades.csv, otter_final_grades_*.csv")
+          "gradebook_long.csv, feedback/, nbgrader_grades.csv, otter_final_grades_*.csv, "
+          "canvas_import.csv, moodle_import.csv")
     return 0
 
 

@@ -94,10 +94,9 @@ import re
 import sys
 import time
 from collections import deque
+from datetime import datetime
 from pathlib import Path
 from typing import Any
-
-import nbformat
 
 from grading import gradebook, lint
 from grading.chapters import (
@@ -110,7 +109,13 @@ from grading.chapters import (
     solutions,
 )
 from grading.reports import Row, write_reports
-from grading.submissions import find_submissions, match_chapter, notebook_title
+from grading.submissions import (
+    Skipped,
+    find_submissions,
+    match_chapter,
+    notebook_title,
+    read_notebook,
+)
 from grading.worker import one_line
 from tools.paths import ROOT
 
@@ -283,9 +288,11 @@ def unchanged(cells: list[str], starters: list[str]) -> bool:
 def grade(folder: Path, out: Path, *, timeout: float | None = None, jobs: int = 1,
           chapter_names: list[str] | None = None, roster: Path | None = None,
           partial_credit: bool = False, strict: bool = False, standalone: bool = False,
-          confinement: Any = None) -> list[Row]:
+          confinement: Any = None, due: datetime | None = None) -> list[Row]:
     """Grade every notebook below ``folder``; write the reports into ``out``; the rows.
-    ``timeout``: CPU seconds per exercise (None: grading.judge.TIMEOUT)."""
+    ``timeout``: CPU seconds per exercise (None: grading.judge.TIMEOUT).  ``due``: the
+    deadline; a notebook whose time is known (nbgrader's timestamp.txt, Blackboard's name)
+    and later loses what the late policy says (grading/gradebook.py's ``late_factor``)."""
     from grading import sandbox
     from grading.judge import TIMEOUT, Options
 
@@ -309,13 +316,13 @@ def grade(folder: Path, out: Path, *, timeout: float | None = None, jobs: int = 
     pending: dict[str, Row] = {}
     answers: dict[tuple[str, str], list[tuple[str, str, Row]]] = {}  # identical answers
     graded: dict[str, set[str]] = {}  # chapter -> students with a notebook for it
-    subs = find_submissions(folder, students)
+    skipped: list[Skipped] = []
+    subs = find_submissions(folder, students, skipped)
     for sub in subs:
-        try:
-            nb = nbformat.read(sub.path, as_version=4)
-        except Exception as err:  # noqa: BLE001 - any unreadable file is reported
+        nb, why = read_notebook(sub.path)
+        if nb is None:
             rows.append(Row(sub.student, sub.notebook, "", "", "unreadable",
-                            first_problem=f"not a readable notebook: {one_line(err, 200)}"))
+                            first_problem=f"not a readable notebook: {why}"))
             continue
         chapter = match_chapter(nb, sub.path, chapters, sub.file_name)
         if chapter is None:
@@ -327,8 +334,9 @@ def grade(folder: Path, out: Path, *, timeout: float | None = None, jobs: int = 
         cells = exercise_cells(nb, chapter.markdown)
         order = sorted(cells, key=number_key)
         for number in sorted(chapter.exercises, key=number_key):
+            days = gradebook.days_late(sub.submitted, due)
             row = Row(sub.student, sub.notebook, chapter.name, number, "missing",
-                      late=sub.late, partial=partial_credit)
+                      late=sub.late or bool(days), late_days=days, partial=partial_credit)
             rows.append(row)
             if number not in cells:
                 row.first_problem = f"no 'Exercise {number}' heading in the notebook"
@@ -380,15 +388,18 @@ def grade(folder: Path, out: Path, *, timeout: float | None = None, jobs: int = 
         row.feedback = result.get("feedback", "")
         row.output = result.get("output", "")
         row.notes = list(result.get("notes", []))
+        row.memory = dict(result.get("memory") or {})
         row.flags = row.flags + [f for f in result.get("flags", []) if f not in row.flags]
     order = {name: i for i, name in enumerate(chapters)}
     rows.sort(key=lambda r: (r.student, order.get(r.chapter, -1), r.notebook,
                              number_key(r.exercise) if r.exercise else ()))
     info = {"timeout": timeout, "confinement": confinement.describe(), "strict": strict,
             "standalone": standalone, "partial_credit": partial_credit, "jobs": jobs,
+            "due": due.isoformat() if due else "",
             "seconds": time.monotonic() - started,
             "unmatched": sorted({s.notebook for s in subs if not s.on_roster})
-            if students is not None else []}
+            if students is not None else [],
+            "skipped": [(s.path, s.why) for s in skipped]}
     write_reports(rows, chapters, out, timeout=timeout, context_errors=context_errors,
                   chapter_names=assigned, roster=students, info=info)
     return rows

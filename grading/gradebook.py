@@ -32,10 +32,13 @@ What it writes (:func:`write_gradebook`, :func:`write_feedback`):
 from __future__ import annotations
 
 import csv
+import html
 import io
+import math
 import re
 import unicodedata
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +65,7 @@ class Student:
     name: str = ""
     email: str = ""
     keys: set[str] = field(default_factory=set)  # what a submission may be called
+    canvas: dict[str, str] = field(default_factory=dict)  # Canvas's own columns, if given
 
     def __post_init__(self) -> None:
         self.keys |= {k for k in (_key(self.id), _key(self.email)) if k}
@@ -121,7 +125,10 @@ def load_roster_text(text: str, path: str = "the roster") -> list[Student]:
         if not ident or name.lower() in ("points possible", "test student"):
             continue  # Canvas's "Points Possible" line, its test student
         others = {_key(row.get(columns[h]) or "") for h in HEADERS["id"] if h in columns}
-        students.append(Student(ident, name, email, keys={k for k in others if k}))
+        canvas = {c: (row.get(columns[c.lower()]) or "").strip() for c in CANVAS_COLUMNS[1:]
+                  if c.lower() in columns}
+        students.append(Student(ident, name, email, keys={k for k in others if k},
+                                canvas=canvas))
     return students
 
 
@@ -133,6 +140,7 @@ class Owner:
     late: bool = False
     file_name: str = ""  # the notebook's own name, without the platform's prefix
     hints: tuple[str, ...] = ()  # other names to match against a roster (a user id)
+    submitted: str = ""  # when, where the name says (Blackboard)
 
 
 def lms_name(name: str) -> Owner | None:
@@ -146,7 +154,7 @@ def lms_name(name: str) -> Owner | None:
         return Owner(match["name"].strip(), False, match["file"], (match["uid"],))
     match = BLACKBOARD.match(name)
     if match:
-        return Owner(match["user"], False, match["file"] or "", ())
+        return Owner(match["user"], False, match["file"] or "", (), match["date"])
     return None
 
 
@@ -157,7 +165,7 @@ def owner(rel: Path) -> Owner:
     for part in rel.parts[:-1]:
         found = lms_name(part)
         if found is not None:
-            return Owner(found.key, found.late, rel.name, found.hints)
+            return Owner(found.key, found.late, rel.name, found.hints, found.submitted)
     if len(rel.parts) > 1:
         return Owner(rel.parts[0], False, rel.name)
     found = lms_name(rel.name)
@@ -179,14 +187,60 @@ def match_roster(who: Owner, roster: list[Student]) -> Student | None:
 # Scores and files
 # ---------------------------------------------------------------------------------------------
 
-def score(row: Any, partial: bool) -> float:
+def score(row: Any, partial: bool, late: bool = True) -> float:
     """An exercise row's score: 1 passed, 0 otherwise; with ``partial``, checks passed /
-    total wherever the checker ran (passed, failed, an error after the checks ran)."""
+    total wherever the checker ran (passed, failed, an error after the checks ran); times
+    the late policy's factor (:func:`late_factor`) unless ``late`` is False."""
     if row.status == "passed":
+        raw = 1.0
+    elif partial and row.status in ("failed", "error") and row.checks_total:
+        raw = round(row.checks_passed / row.checks_total, 4)
+    else:
+        raw = 0.0
+    factor = late_factor(getattr(row, "late_days", None)) if late else 1.0
+    return round(raw * factor, 4)
+
+
+#: The late policy the instructor guide suggests (book/instructor.md, "Deadlines and late
+#: work"): 10% off per day late (a day begun counts), up to 3 days, then 0.
+LATE_PER_DAY = 0.10
+LATE_MAX_DAYS = 3
+
+
+def late_factor(days: int | None) -> float:
+    """What a score is multiplied by when handed in ``days`` days late (None: on time, or
+    how late is unknown)."""
+    if not days or days <= 0:
         return 1.0
-    if partial and row.status in ("failed", "error") and row.checks_total:
-        return round(row.checks_passed / row.checks_total, 4)
-    return 0.0
+    if days > LATE_MAX_DAYS:
+        return 0.0
+    return round(1.0 - LATE_PER_DAY * days, 4)
+
+
+def days_late(submitted: datetime | None, due: datetime | None) -> int | None:
+    """Whole days begun after ``due`` (0 when on time); None when either is unknown."""
+    if submitted is None or due is None:
+        return None
+    seconds = (_utc(submitted) - _utc(due)).total_seconds()
+    return max(0, math.ceil(seconds / 86400))
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def parse_time(text: str) -> datetime | None:
+    """A submission time as nbgrader's timestamp.txt ("2026-01-20 10:31:00.123456 UTC"),
+    Blackboard's file name ("2026-01-20-10-31-00") or ISO 8601 write it; None otherwise.
+    Times without a zone are UTC."""
+    text = text.strip().removesuffix(" UTC").removesuffix("Z")
+    match = re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})-(\d{2})-(\d{2})-(\d{2})", text)
+    if match:
+        return datetime(*map(int, match.groups()), tzinfo=timezone.utc)
+    try:
+        return _utc(datetime.fromisoformat(text))
+    except ValueError:
+        return None
 
 
 def best_rows(rows: list[Any], partial: bool) -> dict[tuple[str, str, str], Any]:
@@ -223,10 +277,115 @@ def write_gradebook(path: Path, rows: list[Any], students: list[tuple[str, str, 
                 row = best.get((key, chapter, number))
                 scores.append(score(row, partial) if row is not None else 0.0)
             total = round(sum(scores), 4)
-            writer.writerow([key, name, email, *(_num(s) for s in scores), _num(total),
-                             len(exercises),
-                             f"{100 * total / len(exercises):.1f}" if exercises else "",
-                             " ".join(sorted(late.get(key, ())))])
+            writer.writerow(csv_row([key, name, email, *(_num(s) for s in scores),
+                                     _num(total), len(exercises),
+                                     f"{100 * total / len(exercises):.1f}" if exercises
+                                     else "", " ".join(sorted(late.get(key, ())))]))
+
+
+#: What a spreadsheet reads as the start of a formula (OWASP's "CSV injection").
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """A value for a CSV cell that a spreadsheet will not run: text starting with a formula
+    character gets a leading apostrophe (numbers are left as they are)."""
+    if isinstance(value, str) and value.startswith(FORMULA_START):
+        return "'" + value
+    return value
+
+
+def csv_row(row: Any) -> Any:
+    """:func:`csv_cell` of every cell of a list or of a dict's values."""
+    if isinstance(row, dict):
+        return {k: csv_cell(v) for k, v in row.items()}
+    return [csv_cell(v) for v in row]
+
+
+def text(value: Any) -> str:
+    """What a student wrote (a name, a message, output), for a Markdown file: its HTML
+    escaped, so that it is shown and never run by the page that shows the file."""
+    return html.escape(str(value), quote=True)
+
+
+def cell(value: Any) -> str:
+    """:func:`text` for a Markdown table cell: one line, no column breaks."""
+    return text(" ".join(str(value).split())).replace("|", "\\|")
+
+
+LONG_COLUMNS = ["student", "chapter", "exercise", "points", "max_points", "status", "late"]
+
+
+def write_long_gradebook(path: Path, rows: list[Any], students: list[tuple[str, str, str]],
+                         exercises: list[tuple[str, str]], partial: bool) -> None:
+    """gradebook_long.csv: one row per student and exercise (the student's best notebook
+    of the chapter), with its points, the points possible (1), its status ("missing" where
+    the student handed in no notebook of the chapter) and whether it was handed in late."""
+    best = best_rows(rows, partial)
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(LONG_COLUMNS)
+        for key, _, _ in students:
+            for chapter, number in exercises:
+                row = best.get((key, chapter, number))
+                writer.writerow(csv_row([
+                    key, chapter, number, _num(score(row, partial)) if row else "0", 1,
+                    row.status if row else "missing",
+                    "yes" if row is not None and row.late else "no"]))
+
+
+#: Canvas's gradebook columns before the assignments (its export's, which its import reads
+#: back: the student is matched by ID, else SIS User ID, else SIS Login ID).
+CANVAS_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+
+
+def write_canvas_import(path: Path, rows: list[Any], people: list[Any],
+                        chapters: list[tuple[str, str, int]], partial: bool) -> None:
+    """canvas_import.csv, for Canvas's Grades > Import: Canvas's export layout (the columns
+    of :data:`CANVAS_COLUMNS`, then one column per chapter named by its title, then a
+    "Points Possible" row); ``people``: the roster's students (with the Canvas columns of a
+    Canvas roster) or (key, name, email); ``chapters``: [(name, title, exercises)]."""
+    best = best_rows(rows, partial)
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(CANVAS_COLUMNS + [title for _, title, _ in chapters])
+        writer.writerow(["Points Possible", "", "", "", ""] + [n for _, _, n in chapters])
+        for person in people:
+            key, name, canvas = _person(person)
+            points = [_num(round(sum(score(r, partial) for (s, c, _), r in best.items()
+                                     if s == key and c == chapter), 4))
+                      for chapter, _, _ in chapters]
+            last_first = ", ".join(reversed(name.rsplit(" ", 1))) if name else key
+            writer.writerow(csv_row([last_first, canvas.get("ID", ""),
+                                     canvas.get("SIS User ID") or key,
+                                     canvas.get("SIS Login ID", ""),
+                                     canvas.get("Section", ""), *points]))
+
+
+def write_moodle_import(path: Path, rows: list[Any], people: list[Any],
+                        chapters: list[tuple[str, str, int]], partial: bool) -> None:
+    """moodle_import.csv, for Moodle's Grades > Import > CSV file: a column to identify the
+    student by ("Email address" where the roster gives one, else "ID number"), then one
+    column per chapter (its title), points as plain numbers; each column is mapped to a grade
+    item in Moodle's import form."""
+    best = best_rows(rows, partial)
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["ID number", "Email address", "Full name"]
+                        + [title for _, title, _ in chapters])
+        for person in people:
+            key, name, _ = _person(person)
+            email = person.email if isinstance(person, Student) else person[2]
+            points = [_num(round(sum(score(r, partial) for (s, c, _), r in best.items()
+                                     if s == key and c == chapter), 4))
+                      for chapter, _, _ in chapters]
+            writer.writerow(csv_row([key, email, name, *points]))
+
+
+def _person(person: Any) -> tuple[str, str, dict[str, str]]:
+    if isinstance(person, Student):
+        return person.id, person.name, person.canvas
+    return person[0], person[1], {}
 
 
 def _num(x: float) -> str:
@@ -245,18 +404,26 @@ exercise asks you to write is refused. Each exercise had {timeout:g} seconds of 
 
 def write_feedback(folder: Path, rows: list[Any], students: list[tuple[str, str, str]],
                    chapters: dict[str, Any], partial: bool, timeout: float) -> None:
-    """feedback/<student>.md, one per student (see the module docstring)."""
+    """feedback/<student>.md, one per student (see the module docstring).  Everything the
+    student wrote (names, notebook names, messages, output) is HTML-escaped."""
     folder.mkdir(parents=True, exist_ok=True)
     best = best_rows(rows, partial)
     for key, name, _ in students:
         mine = [r for r in rows if r.student == key]
-        lines = [f"# Feedback: {name or key}", ""]
+        lines = [f"# Feedback: {text(name or key)}", ""]
         if name:
-            lines += [f"Student: {name} ({key})", ""]
+            lines += [f"Student: {text(name)} ({text(key)})", ""]
         graded = [r for r in best.values() if r.student == key]
         total = sum(score(r, partial) for r in graded)
         lines += [f"Score: {_num(round(total, 4))} of {len(graded)} exercises graded"
                   + (" (partial credit: checks passed / checks run)" if partial else ""), ""]
+        ungraded = [r for r in mine if not r.chapter]
+        if ungraded:
+            lines += ["## Notebooks that could not be graded", "",
+                      "| notebook | status | why |", "| --- | --- | --- |"]
+            lines += [f"| {cell(r.notebook)} | {r.status} | {cell(r.first_problem)} |"
+                      for r in ungraded]
+            lines.append("")
         for chapter_name, chapter in chapters.items():
             chapter_rows = [r for r in mine if r.chapter == chapter_name]
             if not chapter_rows:
@@ -264,28 +431,35 @@ def write_feedback(folder: Path, rows: list[Any], students: list[tuple[str, str,
             lines += [f"## {chapter.title}", ""]
             missing = [r for r in chapter_rows if not r.exercise]
             if missing:
-                lines += [f"Not handed in: {missing[0].first_problem}.", ""]
+                lines += [f"Not handed in: {text(missing[0].first_problem)}.", ""]
                 continue
             notebooks = sorted({r.notebook for r in chapter_rows})
-            lines += [f"Notebook: `{notebooks[0]}`" if len(notebooks) == 1 else
-                      "Notebooks: " + ", ".join(f"`{n}`" for n in notebooks)
+            lines += [f"Notebook: {text(notebooks[0])}" if len(notebooks) == 1 else
+                      "Notebooks: " + ", ".join(text(n) for n in notebooks)
                       + " (the best one counts)", ""]
+            days = next((r.late_days for r in chapter_rows if r.late_days), None)
+            if days:
+                lines += [f"Handed in {days} day{'s' * (days > 1)} late: each exercise's score "
+                          f"is multiplied by {_num(late_factor(days))} (the late policy: "
+                          f"{LATE_PER_DAY:.0%} off per day begun, up to {LATE_MAX_DAYS} days, "
+                          "then 0).", ""]
             lines += ["| exercise | status | score | what the checker said first |",
                       "| --- | --- | --- | --- |"]
             ordered = sorted((r for r in chapter_rows if best.get(
                 (key, chapter_name, r.exercise)) is r),
                 key=lambda r: tuple(int(p) for p in r.exercise.split(".")))
             for row in ordered:
-                problem = row.first_problem.replace("|", "\\|") or "-"
+                problem = cell(row.first_problem) or "-"
                 lines.append(f"| {row.exercise} | {row.status} | "
                              f"{_num(score(row, partial))} | {problem} |")
             lines.append("")
             for row in ordered:
                 if row.notes:
-                    lines += [f"Exercise {row.exercise}: " + "; ".join(row.notes) + ".", ""]
+                    lines += [f"Exercise {row.exercise}: " + text("; ".join(row.notes)) + ".",
+                              ""]
                 if row.status != "passed" and row.feedback:
                     lines += [f"Exercise {row.exercise}, the checker's whole answer:", "",
-                              "```text", row.feedback.strip(), "```", ""]
+                              "<pre>", text(row.feedback.strip()), "</pre>", ""]
         lines += ["---", "", RULES.format(timeout=timeout)]
         safe = re.sub(r"[^\w.@-]+", "_", key).strip("_") or "student"
         (folder / f"{safe}.md").write_text("\n".join(lines), encoding="utf-8")

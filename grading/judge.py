@@ -179,6 +179,9 @@ class Judge:
             try:
                 ended = result.get("status") == "crashed"
                 status, survivors = zyg.end(task["id"], wait=2.0 if ended else 0.0)
+                peak, base = getattr(zyg, "memory", (None, None))
+                if isinstance(peak, int) and isinstance(base, int):
+                    result["memory"] = {"peak_bytes": peak, "chapter_bytes": base}
             except ZygoteDied as err:
                 status, survivors = None, 0
                 flags.append("the chapter's grading process died during this exercise (did "

@@ -116,6 +116,66 @@ def _module_aliases(tree: ast.Module) -> dict[str, str]:
     return aliases
 
 
+def _bindings(tree: ast.Module) -> dict[str, int]:
+    """``{name: line}``: the names the cell itself binds at its top level (a ``def``, a
+    class, an assignment, a loop variable, an import from anything but flashlib), at their
+    first binding's line."""
+    found: dict[str, int] = {}
+
+    def bind(name: str, line: int) -> None:
+        found[name] = min(line, found.get(name, line))
+
+    def visit(statements: list[ast.stmt]) -> None:
+        for node in statements:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                bind(node.name, node.lineno)
+                continue  # its body binds nothing at the top level
+            if isinstance(node, ast.ImportFrom) and not (node.module or "").startswith(
+                    "flashlib"):
+                for alias in node.names:
+                    bind(alias.asname or alias.name, node.lineno)
+            targets: list[ast.AST] = []
+            if isinstance(node, ast.Assign):
+                targets = list(node.targets)
+            elif isinstance(node, ast.AnnAssign | ast.For | ast.AsyncFor):
+                targets = [node.target]
+            for target in targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        bind(name.id, node.lineno)
+            for field in ("body", "orelse", "finalbody"):
+                visit(getattr(node, field, []) or [])
+            for handler in getattr(node, "handlers", []) or []:
+                visit(handler.body)
+
+    visit(tree.body)
+    return found
+
+
+def _deferred(tree: ast.Module) -> set[int]:
+    """The ids of the nodes that run only when a function of the cell is called (its body,
+    not its defaults or decorators): by then the cell's own top-level names are bound."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for statement in node.body:
+                found |= {id(n) for n in ast.walk(statement)}
+        elif isinstance(node, ast.Lambda):
+            found |= {id(n) for n in ast.walk(node.body)}
+    return found
+
+
+def _own(node: ast.Name, own: dict[str, int], deferred: set[int]) -> bool:
+    """Whether a name the exercise forbids is, where it is read, the student's own: the cell
+    binds it (not by importing it from flashlib), and it is read after that or only when a
+    function of the cell runs.  A student's own ``attention_flops`` shares the library's
+    name and is no cheat; reading the library's before defining one's own is flagged."""
+    line = own.get(node.id)
+    if line is None:
+        return False
+    return id(node) in deferred or node.lineno > line
+
+
 def flags(cells: list[str], forbidden: tuple[str, ...] | list[str] = ()) -> list[str]:
     """The flags of one exercise's cells (``"line N: why"``, the cell's line; without
     duplicates).  ``forbidden``: the dotted names of the library functions the exercise
@@ -138,6 +198,7 @@ def flags(cells: list[str], forbidden: tuple[str, ...] | list[str] = ()) -> list
                         flag(number, f"mentions {name} (the cell does not parse)")
             continue
         aliases = _module_aliases(tree)
+        own, deferred = _bindings(tree), _deferred(tree)
         for node in ast.walk(tree):
             line = getattr(node, "lineno", None)
             if isinstance(node, ast.Import | ast.ImportFrom):
@@ -177,13 +238,16 @@ def flags(cells: list[str], forbidden: tuple[str, ...] | list[str] = ()) -> list
                     flag(line, f"uses flashlib's `{node.attr}`, which this exercise asks "
                                "students to write")
             elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                if node.id in short:
+                if node.id in short and not _own(node, own, deferred):
                     flag(line, f"uses flashlib's `{node.id}`, which this exercise asks "
                                "students to write")
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                 match = PATHS.search(node.value.strip())
                 if match:
                     flag(line, f"names the path or file {node.value.strip()[:60]!r}")
+                if node.value.strip() in short:
+                    flag(line, f"names flashlib's `{node.value.strip()}` in a string, which "
+                               "this exercise asks students to write")
             if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Delete):
                 targets = node.targets if isinstance(node, ast.Assign | ast.Delete) else [
                     node.target]

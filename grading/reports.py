@@ -36,6 +36,8 @@ class Row:
     notes: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
     late: bool = False
+    late_days: int | None = None  # days late, where the due date and the time are known
+    memory: dict[str, int] = field(default_factory=dict)  # peak_bytes, chapter_bytes
     partial: bool = False  # the score is checks passed / total (--partial-credit)
 
     @property
@@ -66,10 +68,10 @@ def write_reports(rows: list[Row], chapters: dict[str, Chapter], out: Path, *, t
     with open(out / "results.csv", "w", encoding="utf-8", newline="") as f:
         writer = csv.DictWriter(f, CSV_COLUMNS)
         writer.writeheader()
-        writer.writerows(row.csv() for row in rows)
+        writer.writerows(gradebook.csv_row(row.csv()) for row in rows)
     (out / "results.json").write_text(json.dumps(
         [row.csv() | {"feedback": row.feedback, "output": row.output, "notes": row.notes,
-                      "flags": row.flags} for row in rows],
+                      "flags": row.flags, "memory": row.memory} for row in rows],
         indent=1) + "\n", encoding="utf-8")
     (out / "summary.md").write_text(summary(rows, chapters, timeout, context_errors, info),
                                     encoding="utf-8")
@@ -89,6 +91,15 @@ def write_reports(rows: list[Row], chapters: dict[str, Chapter], out: Path, *, t
         if row.late and row.chapter:
             late.setdefault(row.student, set()).add(row.chapter)
     gradebook.write_gradebook(out / "gradebook.csv", rows, people, exercises, late, partial)
+    gradebook.write_long_gradebook(out / "gradebook_long.csv", rows, people, exercises, partial)
+    roster_people = {s.id: s for s in roster or []}
+    platform_people = [roster_people.get(p[0], p) for p in people]
+    titled = [(name, chapters[name].title, len(chapters[name].exercises))
+              for name in assignments]
+    gradebook.write_canvas_import(out / "canvas_import.csv", rows, platform_people, titled,
+                                  partial)
+    gradebook.write_moodle_import(out / "moodle_import.csv", rows, platform_people, titled,
+                                  partial)
     gradebook.write_feedback(out / "feedback", rows, people, chapters, partial, timeout)
 
 
@@ -128,6 +139,10 @@ def summary(rows: list[Row], chapters: dict[str, Chapter], timeout: float,
              "a statement that does not parse is skipped, an error after the answer noted",
              "partial credit (checks passed / run)" if info.get("partial_credit") else
              "one point per exercise whose checks all pass"]
+    if info.get("due"):
+        rules.append(f"due {info['due']}: {gradebook.LATE_PER_DAY:.0%} off per day begun late "
+                     f"(nbgrader's timestamp.txt, Blackboard's name), up to "
+                     f"{gradebook.LATE_MAX_DAYS} days, then 0")
     out.write("Rules: " + "; ".join(rules) + ".\n")
     for name, chapter in chapters.items():
         chapter_rows = [r for r in rows if r.chapter == name]
@@ -185,6 +200,13 @@ def summary(rows: list[Row], chapters: dict[str, Chapter], timeout: float,
         for row in other:
             out.write(f"| {_md(row.student)} | {_md(row.notebook)} | {row.status} | "
                       f"{_md(row.first_problem)} |\n")
+    if info.get("skipped"):
+        out.write("\n## Files not graded as anyone's\n\nLinks in the submissions folder "
+                  "(symbolic or hard links: a second name for a classmate's or your own file) "
+                  "and files outside it; none was graded. Look at each:\n\n"
+                  "| path | why |\n| --- | --- |\n")
+        for path, why in info["skipped"]:
+            out.write(f"| {_md(path)} | {_md(why)} |\n")
     if info.get("unmatched"):
         out.write("\n## Notebooks of no one on the roster\n\nGraded under the name their "
                   "file gives:\n\n" + "".join(f"- `{_md(n)}`\n" for n in info["unmatched"]))
@@ -218,21 +240,25 @@ def write_nbgrader_csv(rows: list[Row], chapters: dict[str, Chapter], assignment
         writer.writeheader()
         for name in assignments:
             for student in students:
-                per_notebook: dict[str, float] = {}
+                per_notebook: dict[str, tuple[float, float]] = {}
                 for row in rows:
                     if row.chapter == name and row.student == student and row.exercise:
-                        per_notebook[row.notebook] = per_notebook.get(row.notebook, 0) + (
-                            row.score)
-                score = float(round(max(per_notebook.values(), default=0), 4))
+                        raw, final = per_notebook.get(row.notebook, (0.0, 0.0))
+                        per_notebook[row.notebook] = (
+                            raw + gradebook.score(row, row.partial, late=False),
+                            final + row.score)
+                raw, score = max(per_notebook.values(), key=lambda p: p[1],
+                                 default=(0.0, 0.0))
+                raw, score = float(round(raw, 4)), float(round(score, 4))
                 person = people.get(student)
                 first, _, last = (person.name.rpartition(" ")[::-1] if person and person.name
                                   else ("", "", ""))
-                writer.writerow({
+                writer.writerow(gradebook.csv_row({
                     "assignment": name, "duedate": "", "timestamp": "", "student_id": student,
                     "last_name": first if person else "", "first_name": last if person else "",
-                    "email": person.email if person else "", "raw_score": score,
-                    "late_submission_penalty": 0.0, "score": score,
-                    "max_score": float(len(chapters[name].exercises))})
+                    "email": person.email if person else "", "raw_score": raw,
+                    "late_submission_penalty": round(raw - score, 4), "score": score,
+                    "max_score": float(len(chapters[name].exercises))}))
 
 
 def write_otter_csv(rows: list[Row], chapter: Chapter, path: Path) -> None:
@@ -257,7 +283,7 @@ def write_otter_csv(rows: list[Row], chapter: Chapter, path: Path) -> None:
             scores = {f"Exercise {n}": gradebook._num(cells[n].score) if n in cells else 0
                       for n in numbers}
             total = round(sum(float(v) for v in scores.values()), 4)
-            writer.writerow({"file": notebook, **scores,
-                             "total_points_earned": gradebook._num(total),
-                             "percent_correct": round(total / len(numbers), 4) if numbers
-                             else 0, "grading_status": "Completed"})
+            writer.writerow(gradebook.csv_row({
+                "file": notebook, **scores, "total_points_earned": gradebook._num(total),
+                "percent_correct": round(total / len(numbers), 4) if numbers else 0,
+                "grading_status": "Completed"}))

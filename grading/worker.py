@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import gc
 import importlib
 import os
 import shutil
@@ -296,6 +297,10 @@ class Server:
                         result, peak = measure_peak(fn, *args, **kwargs)
                     else:
                         result = fn(*args, **kwargs)
+                    # what the call left behind in a cycle (an unclosed pool) is finalised
+                    # now, its ResourceWarning recorded with this call, whatever the moment
+                    # the garbage collector would have chosen (the young generations: cheap)
+                    gc.collect(1)
                 error = None
             except BaseException as err:  # noqa: BLE001 - the student's code raised
                 error, calls = err, locals().get("calls", [])
@@ -468,10 +473,14 @@ def zygote(control_fd: int) -> int:
         elif op == "end":
             pid = children.pop(request["task"], None)
             status = survivors = None
+            peak = base = None
             if pid is not None:
+                peak, base = peak_memory(pid), _vm("VmRSS", os.getpid())
                 status, survivors = end_exercise(pid, config, float(request.get("wait", 0)))
+            if not children:  # no exercise running: reap every orphan that came back here
+                reap_all()
             control.send({"ev": "ended", "task": request["task"], "status": status,
-                          "survivors": survivors})
+                          "survivors": survivors, "peak": peak, "base": base})
         elif op == "quit":
             return 0
 
@@ -508,6 +517,38 @@ def end_exercise(pid: int, config: dict[str, Any], wait: float = 0.0) -> tuple[i
     if level != "namespaces":
         shutil.rmtree(Path(config["tasks"]) / f"task-{pid}", ignore_errors=True)
     return status, survivors
+
+
+def peak_memory(pid: int) -> int | None:
+    """The most resident memory (bytes) any process of the exercise has held so far: the
+    largest ``VmHWM`` of its processes, read from /proc by the zygote, outside the student's
+    process (which cannot change it); None when none can be read (they have ended)."""
+    found = [_vm("VmHWM", p) for p in [pid, *_descendants(pid)]]
+    found = [f for f in found if f is not None]
+    return max(found) if found else None
+
+
+def _vm(field: str, pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def reap_all() -> None:
+    """Reap every child of this process that has ended (the orphans of exercises, which
+    come back to the zygote, their subreaper): no zombie outlives its exercise."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def _descendants(pid: int) -> list[int]:

@@ -136,6 +136,9 @@ class Zygote:
     def end(self, task: str, wait: float = 0.0) -> tuple[int | None, int]:
         self.send({"op": "end", "task": task, "wait": wait})
         reply = self.recv(CONTROL_TIMEOUT)
+        #: (the exercise's peak resident memory, the chapter's process's own), bytes,
+        #: read by the zygote from /proc before the exercise was ended (None: unknown)
+        self.memory = (reply.get("peak"), reply.get("base"))
         return reply.get("status"), int(reply.get("survivors") or 0)
 
     def close(self) -> None:

@@ -166,3 +166,115 @@ def test_same_answer_typed_again_has_the_same_fingerprint():
     b = "def f(x):\n\n    return x+1\n"
     assert lint.fingerprint([a]) == lint.fingerprint([b])
     assert lint.fingerprint([a]) != lint.fingerprint(["def f(x):\n    return x\n"])
+
+
+@pytest.mark.parametrize("number", ["1.1", "6.1", "9.2"])
+def test_a_students_own_function_of_a_library_name_is_not_flagged(number):
+    """The starter and the book's solution of an exercise whose function shares its name with
+    the library's (the student's own `attention_flops`, `tile_class`, `io_count`)."""
+    from grading import chapters
+
+    chapter = next(c for c in chapters.load_chapters().values() if number in c.exercises)
+    forbid = grade._forbidden(chapter.exercises[number])
+    name = chapter.exercises[number].call.partition("(")[2].rstrip(")")
+    assert name in {f.rpartition(".")[2] for f in forbid}  # the library's name too
+    assert lint.flags(chapter.starters[number], forbid) == []
+    solution = chapters.solutions(grade.ROOT / "book" / f"{chapter.name}.md")[number]
+    assert lint.flags([solution + f"\n\ncheck_x({name})\n"], forbid) == []
+
+
+@pytest.mark.parametrize(("cell", "why"), [
+    ("copy = io_count\ndef io_count(*a):\n    return copy(*a)\n", "uses flashlib's `io_count`"),
+    ("def f(*a):\n    return io_count(*a)\ncheck(f)\n", "uses flashlib's `io_count`"),
+    ("from flashlib.studies.io import io_count\ncheck(io_count)\n", "imports flashlib's"),
+    ("import flashlib.studies.io as m\ncheck(m.io_count)\n", "uses flashlib's `io_count`"),
+    ("io_count = getattr(m, 'io_count')\n", "names flashlib's `io_count` in a string"),
+    ("def io_count(*a, lib=io_count):\n    return lib(*a)\n", "uses flashlib's `io_count`"),
+])
+def test_the_library_function_under_its_own_name_is_still_flagged(cell, why):
+    found = lint.flags([cell], ["flashlib.studies.io.io_count"])
+    assert any(why in f for f in found), found
+
+
+def test_long_gradebook_and_the_platforms_import_files(tmp_path):
+    """gradebook_long.csv: one row per student and exercise; canvas_import.csv in Canvas's
+    gradebook layout (its export's columns, a Points Possible row, one column per
+    assignment); moodle_import.csv with a column to identify users by."""
+    from grading import chapters, reports
+
+    chapter = chapters.load_chapters()["online-softmax"]
+    numbers = sorted(chapter.exercises, key=chapters.number_key)
+    roster = gradebook.load_roster_text(
+        "Student,ID,SIS User ID,SIS Login ID,Section,Email\n"
+        "\"Smith, Alice\",1001,S1,asmith,Sec A,alice@uni.edu\n"
+        "\"Jones, Bob\",1002,S2,bjones,Sec A,bob@uni.edu\n")
+    alice = roster[0].id
+    rows = [reports.Row(alice, "a.ipynb", "online-softmax", n,
+                        "passed" if i < 2 else "failed", late=True)
+            for i, n in enumerate(numbers)]
+    out = tmp_path / "out"
+    reports.write_reports(rows, {"online-softmax": chapter}, out, timeout=5, context_errors={},
+                          chapter_names=["online-softmax"], roster=roster)
+    with open(out / "gradebook_long.csv", encoding="utf-8", newline="") as f:
+        long = list(csv.DictReader(f))
+    assert list(long[0]) == gradebook.LONG_COLUMNS
+    assert len(long) == 2 * len(numbers)
+    assert long[0] == {"student": alice, "chapter": "online-softmax", "exercise": numbers[0],
+                       "points": "1", "max_points": "1", "status": "passed", "late": "yes"}
+    assert {r["status"] for r in long if r["student"] != alice} == {"missing"}
+    with open(out / "canvas_import.csv", encoding="utf-8", newline="") as f:
+        canvas = list(csv.reader(f))
+    assert canvas[0] == gradebook.CANVAS_COLUMNS + [chapter.title]
+    assert canvas[1] == ["Points Possible", "", "", "", "", str(len(numbers))]
+    assert canvas[2] == ["Smith, Alice", "1001", "S1", "asmith", "Sec A", "2"]
+    assert canvas[3][-1] == "0"
+    with open(out / "moodle_import.csv", encoding="utf-8", newline="") as f:
+        moodle = list(csv.DictReader(f))
+    assert moodle[0]["Email address"] == "alice@uni.edu" and moodle[0][chapter.title] == "2"
+
+
+def test_the_late_policy_of_the_guide():
+    """10% off per day begun, up to 3 days, then 0 (book/instructor.md)."""
+    from datetime import datetime, timezone
+
+    due = datetime(2026, 1, 20, 23, 59, tzinfo=timezone.utc)
+    at = gradebook.parse_time
+    assert gradebook.days_late(at("2026-01-20 22:00:00.123456 UTC"), due) == 0
+    assert gradebook.days_late(at("2026-01-21T00:01"), due) == 1
+    assert gradebook.days_late(at("2026-01-23-23-59-00"), due) == 3
+    assert gradebook.days_late(at("2026-01-24T00:00"), due) == 4
+    assert gradebook.days_late(None, due) is None
+    assert [gradebook.late_factor(d) for d in (None, 0, 1, 2, 3, 4)] == [1, 1, 0.9, 0.8,
+                                                                         0.7, 0]
+
+
+def test_late_work_loses_points_in_every_report(tmp_path):
+    """A notebook with nbgrader's timestamp.txt two days after --due: 0.8 of each point, in
+    the gradebooks, nbgrader's file (raw score and penalty) and the student's feedback."""
+    from datetime import datetime, timezone
+
+    from grading import chapters, reports, submissions
+
+    folder = tmp_path / "subs" / "alice" / "online-softmax"
+    folder.mkdir(parents=True)
+    (folder / "online-softmax.ipynb").write_text("{}", encoding="utf-8")
+    (folder / "timestamp.txt").write_text("2026-01-22 10:00:00.000000 UTC", encoding="utf-8")
+    (sub,) = submissions.find_submissions(tmp_path / "subs")
+    due = datetime(2026, 1, 20, 23, 59, tzinfo=timezone.utc)
+    days = gradebook.days_late(sub.submitted, due)
+    assert days == 2
+    chapter = chapters.load_chapters()["online-softmax"]
+    rows = [reports.Row("alice", sub.notebook, "online-softmax", n, "passed", late=True,
+                        late_days=days) for n in chapter.exercises]
+    out = tmp_path / "out"
+    reports.write_reports(rows, {"online-softmax": chapter}, out, timeout=5, context_errors={},
+                          chapter_names=["online-softmax"])
+    n = len(chapter.exercises)
+    with open(out / "gradebook_long.csv", encoding="utf-8", newline="") as f:
+        assert {r["points"] for r in csv.DictReader(f)} == {"0.8"}
+    with open(out / "nbgrader_grades.csv", encoding="utf-8", newline="") as f:
+        (row,) = csv.DictReader(f)
+    assert float(row["raw_score"]) == n and float(row["score"]) == round(0.8 * n, 4)
+    assert float(row["late_submission_penalty"]) == round(0.2 * n, 4)
+    feedback = (out / "feedback" / "alice.md").read_text(encoding="utf-8")
+    assert "Handed in 2 days late: each exercise's score is multiplied by 0.8" in feedback

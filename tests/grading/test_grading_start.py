@@ -17,7 +17,8 @@ from tools.paths import ROOT
 
 PACKAGE = ROOT / "grading"
 MODULES = sorted(p for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
-COMMANDS = ["grading", "grading.made_up_class", "grading.instructor_files"]
+COMMANDS = ["grading", "grading.made_up_class", "grading.instructor_files",
+            "grading.gradescope"]
 
 
 @pytest.fixture(scope="module")
