@@ -238,6 +238,7 @@ def _extra(fn, *args, **kwargs):
     return out, peak - sum(x.nbytes for x in (out if isinstance(out, tuple) else (out,)))
 
 
+@pytest.mark.slow  # 10 s: in make test, not in make check's fast loop
 def test_memory_stays_linear_in_n():
     """Beyond inputs and outputs, the forward and the backward hold O(n d) and a few tiles:
     under 1.5% of one n x n float32 matrix at n = 4096, and twice n at most doubles it."""
