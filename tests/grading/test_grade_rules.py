@@ -63,12 +63,16 @@ TYPO_RUNTIME = RIGHT_MERGE + "\nprint(merg(1, 2))  # scratch\n\ncheck_merge(merg
 TYPO_SYNTAX = RIGHT_MERGE + "\nprint(merge(1, 2)  # scratch, unclosed\n\ncheck_merge(merge)\n"
 #: the right merge, run in a pool that is never closed: Python's ResourceWarning
 POOL = RIGHT_MERGE.replace("def merge(", "def merge0(") + """
+import gc
 from multiprocessing.pool import ThreadPool
 
 
 def merge(a, b):
     pool = ThreadPool(2)
-    return pool.apply(merge0, (a, b))
+    result = pool.apply(merge0, (a, b))
+    del pool
+    gc.collect()  # the unclosed pool's warning now, not whenever the collector next runs
+    return result
 
 
 check_merge(merge)
