@@ -165,6 +165,47 @@ def text_px(fig: Any) -> float | None:
     return round(min(sizes) * DPI / 72, 2) if sizes else None
 
 
+def text_collisions(fig: Any, tolerance: float = 1.0) -> list[str]:
+    """What is wrong with the texts of a drawn figure, one line each: a text cut by the edge of
+    the figure (a title "...per heac", a bar label "51.4 m") or two texts overlapping (a legend
+    over a label). Boxes as matplotlib lays the texts out, in pixels of the last draw; two
+    boxes may share ``tolerance`` pixels. Empty when the figure is clean."""
+    from matplotlib.text import Text
+
+    renderer = fig.canvas.get_renderer()
+    edge = fig.bbox
+    tick_labels, drawn_ticks = set(), set()  # matplotlib keeps labels of ticks it does not draw
+    for ax in fig.axes:
+        for axis in ax._axis_map.values():
+            ticks = axis.get_major_ticks() + axis.get_minor_ticks()
+            tick_labels.update(id(t) for tick in ticks for t in (tick.label1, tick.label2))
+            drawn_ticks.update(id(t) for tick in axis._update_ticks()
+                               for t in (tick.label1, tick.label2))
+    boxes = []
+    for text in fig.findobj(Text):
+        if id(text) in tick_labels and id(text) not in drawn_ticks:
+            continue
+        axes = text.axes
+        if not (text.get_visible() and text.get_text().strip()) or (
+                axes is not None and not axes.get_visible()):
+            continue
+        box = text.get_window_extent(renderer)
+        label = text.get_text().replace("\n", " ")
+        if (box.x0 < edge.x0 - tolerance or box.x1 > edge.x1 + tolerance
+                or box.y0 < edge.y0 - tolerance or box.y1 > edge.y1 + tolerance):
+            boxes.append((label, None))
+        boxes.append((label, box))
+    found = [f"{label!r} is cut by the edge of the figure" for label, box in boxes
+             if box is None]
+    shown = [(label, box) for label, box in boxes if box is not None]
+    for k, (label, box) in enumerate(shown):
+        for other, box2 in shown[k + 1:]:
+            if (min(box.x1, box2.x1) - max(box.x0, box2.x0) > tolerance
+                    and min(box.y1, box2.y1) - max(box.y0, box2.y0) > tolerance):
+                found.append(f"{label!r} overlaps {other!r}")
+    return found
+
+
 def close(fig: Any) -> None:
     """Release a figure; closes it in pyplot too if it was made there."""
     import sys

@@ -71,6 +71,7 @@ from flashlib.book.plots import (
     img_tag,
     layout_frozen,
     light_png,
+    text_collisions,
     text_px,
 )
 from flashlib.book.site import STATIC_ENV, static_site
@@ -85,6 +86,7 @@ __all__ = [
     "renderer_source",
     "MAX_FRAMES",
     "STATIC_ENV",
+    "categorical",
     "static_mode",
 ]
 
@@ -150,6 +152,12 @@ def _value_text(values: Mapping[str, Any], labels: Mapping[str, str]) -> str:
     return ", ".join(f"{labels[name]} = {value}" for name, value in values.items())
 
 
+def categorical(values: Sequence[Any]) -> bool:
+    """Whether a slider's values are names (all strings: a loop order, a float format), shown
+    as a dropdown rather than a slider: a slider suggests an order between them."""
+    return all(isinstance(v, str) for v in values)
+
+
 class _Figure:
     """What both kinds share: sliders with spoken labels, a caption, alt text, the HTML."""
 
@@ -170,11 +178,20 @@ class _Figure:
         return text
 
     def _controls(self) -> str:
-        """Hidden until the figure's script runs: with JavaScript off, no dead control."""
+        """Hidden until the figure's script runs: with JavaScript off, no dead control. A
+        slider over names (:func:`categorical`: a loop order, a float format) is a dropdown,
+        its options' values the indices, as a range input's."""
         rows = []
         for name, values in self.sliders.items():
             i = values.index(self.defaults[name])
             label, value = html.escape(self.labels[name]), html.escape(str(values[i]))
+            if categorical(values):
+                options = "".join(
+                    f'<option value="{k}"{" selected" if k == i else ""}>'
+                    f"{html.escape(str(v))}</option>" for k, v in enumerate(values))
+                rows.append(f'<label><span>{label}</span> <select data-name='
+                            f'"{html.escape(name)}">{options}</select></label>')
+                continue
             rows.append(
                 f'<label><span>{label}</span> <input type="range" min="0" '
                 f'max="{len(values) - 1}" step="1" value="{i}" aria-label="{label}" '
@@ -241,9 +258,17 @@ class InteractiveFigure(_Figure):
         """Unique palette-PNG frames and, for each grid point, the index of its frame."""
         seen: dict[bytes, int] = {}  # frame -> its index; dicts keep insertion order
         index = []
+        problems: dict[str, list[str]] = {}  # text cut or overlapping -> the frames showing it
         for values in self.grid:
             png = light_png(self.render(values))
             index.append(seen.setdefault(png, len(seen)))
+            for problem in text_collisions(self._last_figure):
+                problems.setdefault(problem, []).append(_value_text(values, self.labels))
+        if problems:
+            raise ValueError("draw: texts of the figure are cut or overlap (give the layout "
+                             "room for every frame's text):\n" + "\n".join(
+                                 f"{p} (at {frames[0]}; {len(frames)} frames)"
+                                 for p, frames in problems.items()))
         return list(seen), index
 
     def to_html(self) -> str:
@@ -274,14 +299,16 @@ class InteractiveFigure(_Figure):
         from IPython.display import Image, display
 
         out = widgets.Output()
+        # a Dropdown for names (a loop order, a float format), as on the website; both are
+        # in ipywidgets 7 (Colab's 7.7.1) and 8 with these arguments
         controls = {
-            name: widgets.SelectionSlider(
+            name: (widgets.Dropdown if categorical(values) else widgets.SelectionSlider)(
                 options=[(str(v), v) for v in values],
                 value=self.defaults[name],
                 description=self.labels[name],
-                continuous_update=False,
                 style={"description_width": "initial"},
                 layout=widgets.Layout(width="auto", max_width="36em"),
+                **({} if categorical(values) else {"continuous_update": False}),
             )
             for name, values in self.sliders.items()
         }

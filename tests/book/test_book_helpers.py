@@ -166,3 +166,24 @@ def _before_commented(x, y):
     # a note
     # and a second note
     return z * 2
+
+
+def test_text_collisions_finds_cut_and_overlapping_text():
+    pytest.importorskip("matplotlib")
+    from flashlib.book import plots
+
+    fig, ax = plots.new_figure(figsize=(3, 2))
+    ax.set_title("a title")
+    ax.plot([0, 1], [0, 1])
+    plots.figure_png(fig)
+    assert plots.text_collisions(fig) == []
+    # a label past the right edge (a bar label "51.4 m"), two texts on top of each other
+    ax.text(1.3, 0.5, "51.4 ms", transform=ax.transAxes)
+    ax.text(0.2, 0.5, "one label")
+    ax.text(0.2, 0.5, "another")
+    plots.freeze_layout(fig)
+    plots.figure_png(fig)
+    found = plots.text_collisions(fig)
+    assert "'51.4 ms' is cut by the edge of the figure" in found
+    assert "'one label' overlaps 'another'" in found
+    assert len(found) == 2, found

@@ -68,6 +68,19 @@ def opened(folder: Path, width: int) -> Iterator[object]:
     assert not errors, errors
 
 
+def choose(page, fig, name: str, index: int) -> None:
+    """Sets the control ``name`` of ``fig`` to its value number ``index``: a dropdown (a
+    slider over names) by choosing the option, a slider from the keyboard."""
+    control = fig.locator(f"[data-name={name}]")
+    if control.evaluate("c => c.tagName") == "SELECT":
+        control.select_option(value=str(index))
+        return
+    control.focus()
+    page.keyboard.press("Home")
+    for _ in range(index):
+        page.keyboard.press("ArrowRight")
+
+
 @pytest.fixture(scope="module")
 def monkeypatch_module():
     with pytest.MonkeyPatch.context() as mp:
@@ -139,6 +152,15 @@ def test_both_kinds_redraw_from_every_slider(figures_page):
                 assert slider.get_attribute("aria-valuetext") != said
                 page.keyboard.press("ArrowRight" if top else "ArrowLeft")
                 assert fig.evaluate(STATE) == before, slider.get_attribute("aria-label")
+            # a slider over names (kind, loop order) is a dropdown: it redraws too
+            dropdowns = fig.locator("select")
+            assert dropdowns.count() == 1
+            menu = dropdowns.first
+            before, chosen = fig.evaluate(STATE), menu.input_value()
+            menu.select_option(value="1" if chosen == "0" else "0")
+            assert fig.evaluate(STATE) != before, menu.get_attribute("data-name")
+            menu.select_option(value=chosen)
+            assert fig.evaluate(STATE) == before, menu.get_attribute("data-name")
         # the png kind's alt text follows the frame
         img = page.locator("figure.flashlib-ifig-png img")
         page.locator("figure.flashlib-ifig-png input").first.focus()
@@ -213,18 +235,25 @@ def test_step_moves_the_tile_the_traffic_and_the_rows_m_and_l(tiling_page):
     with opened(tiling_page, 390) as page:
         fig = page.locator("figure.flashlib-ifig-svg")
         sliders = fig.locator("input[type=range]")
-        assert sliders.count() == 5
+        assert sliders.count() == 4  # n, B_r, B_c, step; the loop order is a dropdown
         assert all(len((sliders.nth(k).get_attribute("aria-label") or "").split()) >= 2
-                   for k in range(5))
+                   for k in range(4))
+        order = fig.locator("select[data-name=order]")
+        assert order.locator("option").all_inner_texts() == ["v1", "v2"]
+        assert "loop order" in fig.locator("label:has(select)").inner_text()
         drawing = fig.locator(".flashlib-ifig-drawing")
         label = drawing.get_attribute("aria-label")
         # one slider away and back is the same frame: the default step exists in every
         # configuration one slider away (n = 48 with these blocks has 6 tiles)
-        for k in range(4):
+        for k in range(3):
             sliders.nth(k).focus()
             page.keyboard.press("ArrowLeft" if k == 0 else "ArrowRight")
             page.keyboard.press("ArrowRight" if k == 0 else "ArrowLeft")
             assert drawing.get_attribute("aria-label") == label
+        order.select_option("1")
+        assert "FlashAttention-2" in drawing.inner_html()
+        order.select_option("0")
+        assert drawing.get_attribute("aria-label") == label
         assert "step 6" in label and "running maximum m" in label
         # blocks counted from 1, as in the algorithm boxes: step 6 of Algorithm 1 on 4 x 7
         # tiles is the second tile of the second key block (0-based (1, 1) in the log)
@@ -276,21 +305,16 @@ def test_masking_widget_counts_match_flashlib(masking_page):
         drawing = fig.locator(".flashlib-ifig-drawing")
         # every slider changes the drawing
         for name in MASK_SLIDERS:
-            slider = fig.locator(f"input[data-name={name}]")
             before = drawing.inner_html()
-            slider.focus()
-            page.keyboard.press("ArrowRight")
+            choose(page, fig, name, 1)
             assert drawing.inner_html() != before, name
-            page.keyboard.press("Home")
+            choose(page, fig, name, 0)
         # random settings: the renderer's counts equal flashlib's
         for _ in range(12):
             values = {}
             for name, options in MASK_SLIDERS.items():
                 index = int(rng.integers(len(options)))
-                fig.locator(f"input[data-name={name}]").focus()
-                page.keyboard.press("Home")
-                for _ in range(index):
-                    page.keyboard.press("ArrowRight")
+                choose(page, fig, name, index)
                 values[name] = options[index]
             alt = drawing.get_attribute("aria-label")
             found = re.search(r"(\d+) full, (\d+) partial, (\d+) empty; .*; (\d+) rows see no",

@@ -22,7 +22,7 @@ def memory_diagram(n: int, d: int, B: int, itemsize: int) -> Diagram:
            f"({size_text(tile)}), which never leaves the chip.")
     caption = (f"What lives where, at n = {n}, d = {d}, blocks of {B} rows and {itemsize} bytes "
                "per number: FlashAttention never writes an n × n matrix to HBM.")
-    dg = Diagram(352, alt=alt, caption=caption)
+    dg = Diagram(358, alt=alt, caption=caption)
     for top, title, flash in ((0, "Standard attention (Algorithm 0)", False),
                               (180, "FlashAttention", True)):
         dg.text(0, top + 14, title, bold=True, size=13)

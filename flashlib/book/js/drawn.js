@@ -42,15 +42,18 @@
     /*__FLASHLIB_RENDERER__*/
     return draw;
   })();
-  var inputs = root.querySelectorAll("input[type=range]");
+  var inputs = root.querySelectorAll("input[type=range], select");
   var drawing = root.querySelector(".flashlib-ifig-drawing");
   function update() {
     var values = {};
     inputs.forEach(function (input, k) {
       var slider = spec.sliders[k], i = Number(input.value);
       values[slider.name] = slider.values[i];
-      input.setAttribute("aria-valuetext", slider.labels[i]);
-      input.parentNode.querySelector("output").textContent = slider.labels[i];
+      var out = input.parentNode.querySelector("output");  // none beside a dropdown
+      if (out) {
+        input.setAttribute("aria-valuetext", slider.labels[i]);
+        out.textContent = slider.labels[i];
+      }
     });
     var out = draw(spec.data, values, h);
     var again = false;
@@ -64,9 +67,18 @@
     });
     if (again) return update();
     drawing.innerHTML = out.svg;
+    // scaled to the column, as the diagrams are (at most 30rem): not 360 px in a wide page
+    var svg = drawing.querySelector("svg");
+    if (svg) {
+      svg.style.width = "100%";
+      svg.style.maxWidth = "30rem";
+      svg.style.height = "auto";
+    }
     drawing.setAttribute("aria-label", out.alt);
   }
-  inputs.forEach(function (input) { input.addEventListener("input", update); });
+  inputs.forEach(function (input) {
+    input.addEventListener(input.tagName === "SELECT" ? "change" : "input", update);
+  });
   update();
   root.querySelector(".flashlib-ifig-controls").hidden = false;
 })(document.getElementById("__FLASHLIB_ID__"));

@@ -8,18 +8,23 @@
   root.setAttribute("data-ready", "1");
   var data = JSON.parse(root.querySelector("script.flashlib-ifig-data").textContent);
   var img = root.querySelector("img");
-  var inputs = root.querySelectorAll("input[type=range]");
+  var inputs = root.querySelectorAll("input[type=range], select");
   function update() {
     var point = 0;
     inputs.forEach(function (input, k) {
       var i = Number(input.value), label = data.labels[k][i];
       point = point * data.labels[k].length + i;
-      input.setAttribute("aria-valuetext", label);
-      input.parentNode.querySelector("output").textContent = label;
+      var out = input.parentNode.querySelector("output");  // none beside a dropdown
+      if (out) {
+        input.setAttribute("aria-valuetext", label);
+        out.textContent = label;
+      }
     });
     img.src = data.frames[data.index[point]];
     img.alt = data.alts[data.altIndex[point]];
   }
-  inputs.forEach(function (input) { input.addEventListener("input", update); });
+  inputs.forEach(function (input) {
+    input.addEventListener(input.tagName === "SELECT" ? "change" : "input", update);
+  });
   root.querySelector(".flashlib-ifig-controls").hidden = false;
 })(document.getElementById("__FLASHLIB_ID__"));

@@ -32,7 +32,7 @@ function draw(data, values, h) {
   }
   rect(p * cw - 1, 37, cw + 2, 18, {fill: "none", stroke: "currentColor", "stroke-width": 2});
   // HBM: Q, K, V, O, L as columns of n rows; the scale leaves room for the masked padding
-  var top = 86, H = 170;
+  var top = 94, H = 170;  // the column names 16 below the line above them
   var total = Math.max(Math.ceil(n / br) * br, Math.ceil(n / bc) * bc);
   var px = H / total;
   var cols = [["Q", 6, "read"], ["K", 78, "read"], ["V", 150, "read"],

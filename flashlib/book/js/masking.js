@@ -15,7 +15,7 @@ function draw(data, values, h) {
     var c = i + shift;  // the diagonal key of row i
     return j < length && (left === null || c - j <= left) && (right === null || j - c <= right);
   }
-  var W = 360, gx = 14, gy = 36, cell = Math.min(300 / nk, 260 / nq, 12);
+  var W = 360, gx = 14, gy = 51, cell = Math.min(300 / nk, 260 / nq, 12);
   var parts = [];
   var colours = {empty: "none", partial: "#E69F00", full: "#009E73"};
   var counts = {empty: 0, partial: 0, full: 0};
@@ -54,8 +54,8 @@ function draw(data, values, h) {
   parts.push(h.el("text", {x: 0, y: 13, "font-weight": "bold"},
     h.esc(nq + " queries x " + nk + " keys, tiles " + br + " x " + bc)));
   parts.push(h.el("text", {x: 0, y: 28},
-    h.esc("window (" + values.left + ", " + values.right + "), " + names[values.align] +
-          ", " + values.padding + " padded keys")));
+    h.esc("window (" + values.left + ", " + values.right + "), " + names[values.align])));
+  parts.push(h.el("text", {x: 0, y: 43}, h.esc(values.padding + " padded keys")));
   var y = gy + nq * cell + 18;
   function line(text, attrs) {
     parts.push(h.el("text", Object.assign({x: 0, y: y}, attrs || {}), h.esc(text)));

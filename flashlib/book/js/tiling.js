@@ -17,7 +17,8 @@ function draw(data, values, h) {
   parts.push(h.el("text", {x: 0, y: 14, "font-weight": "bold"},
     h.esc(names[run.order] || run.order)));
   parts.push(h.el("text", {x: 0, y: 28},
-    h.esc("step " + k + " of " + (steps.length - 1) + ", n = " + run.n + ", B_r = " + run.B_r +
+    h.esc("step " + k + " of " + (steps.length - 1) + ", n = " + run.n + ", d = " + run.d +
+          ", B_r = " + run.B_r +
           ", B_c = " + run.B_c)));
   var computed = {};
   for (var s = 1; s <= k; s++) if (steps[s].tile) computed[steps[s].tile.join(",")] = true;
