@@ -17,6 +17,8 @@ are cut (the Beyond chapter's merge tree uses it too).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from flashlib.core.checks import check_flag, check_int
@@ -24,7 +26,7 @@ from flashlib.core.constants import BLOCK_K, BLOCK_Q, compute_dtype
 from flashlib.core.problem import Problem, check_no_overflow, check_problem
 from flashlib.fast.forward import run_forward
 
-__all__ = ["decode_attention", "split_ranges"]
+__all__ = ["decode_attention", "split_ranges", "combine_shares"]
 
 
 def split_ranges(n_k: int, n_splits: int) -> list[tuple[int, int]]:
@@ -50,6 +52,30 @@ def _share(p: Problem, start: int, stop: int, dtype: np.dtype) -> Problem:
         mask=None if p.mask is None else p.mask[..., start:stop],
         offset=moved(p.offset), lo=moved(p.lo), key_lengths=lengths,
         bands=None if p.bands is None else p.bands - start)
+
+
+def combine_shares(shares: Iterable[tuple[np.ndarray, np.ndarray]], shape: tuple[int, ...],
+                   dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Flash-Decoding's combine: the shares' normalised outputs O_s (B, n_q, d_v) and
+    logsumexps L_s (B, n_q), in one pass (running max m, sum l, output acc), into attention
+    over all their keys: o (``shape``) and lse (-inf, o = 0 for rows no share saw)."""
+    m = np.full(shape[:-1], -np.inf, dtype=dtype)
+    l = np.zeros(shape[:-1], dtype=dtype)  # noqa: E741
+    acc = np.zeros(shape, dtype=dtype)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        for o_s, lse_s in shares:
+            m_new = np.maximum(m, lse_s)
+            m_ref = np.where(np.isneginf(m_new), 0, m_new)  # rows that saw nothing yet
+            alpha, beta = np.exp(m - m_ref), np.exp(lse_s - m_ref)  # 0 for -inf
+            l = l * alpha + beta  # noqa: E741
+            acc = acc * alpha[..., None] + o_s * beta[..., None]
+            m = m_new
+        seen = l > 0
+        o = np.divide(acc, l[..., None], out=np.zeros_like(acc), where=seen[..., None])
+        lse = np.full_like(m, -np.inf)
+        np.log(l, out=lse, where=seen)
+        lse += np.where(seen, m, 0)
+    return o, lse
 
 
 def decode_attention(
@@ -84,27 +110,10 @@ def decode_attention(
     p = check_problem(q, k, v, causal=causal, mask=mask, scale=scale,
                       blocks=(block_q, block_k), window=window, key_lengths=key_lengths,
                       gqa=True)
-    ranges = split_ranges(p.n_k, n_splits)
     dtype = compute_dtype(p.dtype)
-    n_b, n_q, d_v = p.q.shape[0], p.n_q, p.v.shape[-1]
-    # One pass over the shares (flash-decoding's combine): running max m, sum l, output acc.
-    m = np.full((n_b, n_q), -np.inf, dtype=dtype)
-    l = np.zeros((n_b, n_q), dtype=dtype)  # noqa: E741
-    acc = np.zeros((n_b, n_q, d_v), dtype=dtype)
-    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-        for start, stop in ranges:
-            o_s, lse_s = run_forward(_share(p, start, stop, dtype))  # O_s, L_s of one share
-            m_new = np.maximum(m, lse_s)
-            m_ref = np.where(np.isneginf(m_new), 0, m_new)  # rows that saw nothing yet
-            alpha, beta = np.exp(m - m_ref), np.exp(lse_s - m_ref)  # 0 for -inf
-            l = l * alpha + beta  # noqa: E741
-            acc = acc * alpha[..., None] + o_s * beta[..., None]
-            m = m_new
-        seen = l > 0
-        o = np.divide(acc, l[..., None], out=np.zeros_like(acc), where=seen[..., None])
-        lse = np.full_like(m, -np.inf)
-        np.log(l, out=lse, where=seen)
-        lse += np.where(seen, m, 0)
+    shares = (run_forward(_share(p, start, stop, dtype))  # O_s, L_s of one share
+              for start, stop in split_ranges(p.n_k, n_splits))
+    o, lse = combine_shares(shares, (p.q.shape[0], p.n_q, p.v.shape[-1]), dtype)
     check_no_overflow(p.dtype, o, stats=lse)
     o = p.unflatten(o.astype(p.dtype, copy=False))
     return (o, p.unflatten(lse)) if return_lse else o

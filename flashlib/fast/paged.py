@@ -28,7 +28,7 @@ import numpy as np
 from flashlib.core.checks import as_array, as_float_array, check_finite, check_flag
 from flashlib.core.constants import BLOCK_K, BLOCK_Q, compute_dtype
 from flashlib.core.problem import check_no_overflow, check_problem
-from flashlib.fast.decoding import _share
+from flashlib.fast.decoding import _share, combine_shares
 from flashlib.fast.forward import run_forward
 
 __all__ = ["paged_decode_attention", "check_block_table"]
@@ -134,27 +134,16 @@ def paged_decode_attention(
     table = check_block_table(block_table, lengths, n_pages, page_size)
     dtype = compute_dtype(p.dtype)
     n_q, d_v = p.n_q, v_pages.shape[-1]
-    m = np.full((p.q.shape[0], n_q), -np.inf, dtype=dtype)
-    l = np.zeros_like(m)  # noqa: E741
-    acc = np.zeros((p.q.shape[0], n_q, d_v), dtype=dtype)
-    with np.errstate(over="ignore", invalid="ignore"):
-        for t in range(-(-int(lengths.max(initial=0)) // page_size)):  # page positions
+
+    def shares():  # O_s, L_s of each page position, its page read through the table
+        for t in range(-(-int(lengths.max(initial=0)) // page_size)):
             ids = np.where(t * page_size < lengths, table[:, t], 0)  # unused: any page
             share = _share(p, t * page_size, (t + 1) * page_size, dtype)._replace(
                 k=k_pages[ids].reshape(-1, page_size, d).astype(dtype, copy=False),
                 v=v_pages[ids].reshape(-1, page_size, d_v).astype(dtype, copy=False))
-            o_s, lse_s = run_forward(share)  # O_s, L_s of this page position
-            m_new = np.maximum(m, lse_s)
-            m_ref = np.where(np.isneginf(m_new), 0, m_new)
-            alpha, beta = np.exp(m - m_ref), np.exp(lse_s - m_ref)
-            l = l * alpha + beta  # noqa: E741
-            acc = acc * alpha[..., None] + o_s * beta[..., None]
-            m = m_new
-        seen = l > 0
-        o = np.divide(acc, l[..., None], out=np.zeros_like(acc), where=seen[..., None])
-        lse = np.full_like(m, -np.inf)
-        np.log(l, out=lse, where=seen)
-        lse += np.where(seen, m, 0)
+            yield run_forward(share)
+
+    o, lse = combine_shares(shares(), (p.q.shape[0], n_q, d_v), dtype)
     check_no_overflow(p.dtype, o, stats=lse)
     o = p.unflatten(o.astype(p.dtype, copy=False))
     return (o, p.unflatten(lse)) if return_lse else o
