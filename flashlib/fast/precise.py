@@ -20,9 +20,9 @@ once: the error is then the rounding alone, below plain attention's.  The limits
 tile, every mask): below them the float32 tiles stayed within flash-attn's rule everywhere,
 with room.  Ordinary inputs (N(0, 1) q and k at d = 64: a bound of about 22 in base 2) and the
 benchmark's 30 times larger logits in the forward stay on the float32 path; nothing is paid
-where nothing is lost.  The backward in float64 recomputes the forward's ``o`` and ``lse`` in
-float64 (its own, not the caller's rounded ones: a float32 ``lse`` of 1e8 is off by up to 4,
-and ``exp(4)`` is not a rounding error).
+where nothing is lost.  The backward in float64 recomputes P from the scores alone, not from
+the caller's rounded ``lse`` (a float32 ``lse`` of 1e8 is off by up to 4, and ``exp(4)`` is
+not a rounding error).
 
 The float64 route is :func:`exact_attention`: blocks of query rows against all the keys, each
 row's softmax taken against its own maximum as plain attention takes it (``S - m`` from the
@@ -46,8 +46,8 @@ __all__ = ["FORWARD_FLOAT64_ABOVE", "BACKWARD_FLOAT64_ABOVE", "score_bound", "in
 
 #: The forward computes in float64 when its bound on the base-2 scores exceeds this.  Measured:
 #: the float32 forward stayed within 0.9 of flash-attn's bound (2 err(plain) + 1e-5) up to q 60
-#: times the usual (bounds of 1,000 to 1,300), and failed beyond; the benchmark's logits x30
-#: have a bound of about 670 (d = 64; 785 at d = 128), and stay in float32.
+#: times the usual (bounds of 1,000 to 1,300), and failed at 300 times; the benchmark's x30
+#: logits have a bound of about 670 (d = 64; 785 at d = 128), and stay in float32.
 FORWARD_FLOAT64_ABOVE = 2.0**10
 
 #: The backward computes in float64 when its bound on the base-2 scores, or the largest |lse|
