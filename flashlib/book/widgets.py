@@ -10,7 +10,8 @@ Two kinds, the same controls, caption and accessibility:
         labels={"n": "sequence length n", "B": "block size B"},   # what a screen reader says
         defaults={"n": 512},
         caption="What to notice: ...",                           # one line under the figure
-        alt=lambda n, B: f"... at n = {n} ...")                  # or one str for every frame
+        alt=lambda n, B: f"... at n = {n} ...",                  # or one str for every frame
+        fixed={"head dimension d": 64})                          # what no slider sets
 
 ``draw(**values)`` returns a matplotlib Figure (it only draws what numeric functions computed).
 The returned :class:`InteractiveFigure`, as a cell's last expression, shows
@@ -31,7 +32,8 @@ The returned :class:`InteractiveFigure`, as a cell's last expression, shows
     svg_figure("tiling", data=tiling_widget_data([48, 100], [16, 32]),
                sliders={"n": [48, 100], ..., "step": list(range(400))},
                labels={"n": "sequence length n", ..., "step": "step of the schedule"},
-               caption="What to notice: ...", alt="Description of the default frame")
+               caption="What to notice: ...", alt="Description of the default frame",
+               fixed={"head dimension d": 4})
 
 The page draws each frame as SVG from ``data`` (a compact JSON table computed by flashlib)
 with the renderer ``flashlib/book/js/<kind>.js``: a function ``draw(data, values, h) ->
@@ -152,6 +154,28 @@ def _value_text(values: Mapping[str, Any], labels: Mapping[str, str]) -> str:
     return ", ".join(f"{labels[name]} = {value}" for name, value in values.items())
 
 
+def fixed_text(fixed: Mapping[str, Any]) -> str:
+    """The line under a figure's controls saying what it holds fixed: "Held fixed: head
+    dimension d = 64; mask: none" (a number after "=", words after a colon)."""
+    parts = [f"{name} = {value}" if isinstance(value, int | float) else f"{name}: {value}"
+             for name, value in fixed.items()]
+    return "Held fixed: " + "; ".join(parts) + "."
+
+
+def _check_fixed(fixed: Any) -> dict[str, Any]:
+    if not isinstance(fixed, Mapping) or not fixed:
+        raise ValueError("fixed: expected what the figure holds fixed while its sliders move, "
+                         "{spoken name: value}, e.g. {'head dimension d': 64}; got "
+                         f"{fixed!r}")
+    for name, value in fixed.items():
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"fixed: names must be words a reader can read, got {name!r}")
+        if isinstance(value, bool) or not isinstance(value, str | int | float) or (
+                isinstance(value, str) and not value.strip()):
+            raise TypeError(f"fixed[{name!r}]: expected a number or words, got {value!r}")
+    return dict(fixed)
+
+
 def categorical(values: Sequence[Any]) -> bool:
     """Whether a slider's values are names (all strings: a loop order, a float format), shown
     as a dropdown rather than a slider: a slider suggests an order between them."""
@@ -164,7 +188,9 @@ class _Figure:
     kind = ""
 
     def __init__(self, sliders: dict[str, list[Any]], defaults: dict[str, Any],
-                 labels: dict[str, str], caption: str, alt: Alt):
+                 labels: dict[str, str], caption: str, alt: Alt,
+                 fixed: Mapping[str, Any] | None = None):
+        self.fixed = dict(fixed or {})
         self.sliders = sliders
         self.defaults = defaults
         self.labels = labels
@@ -199,13 +225,19 @@ class _Figure:
                 f'<output aria-hidden="true">{value}</output></label>')
         return f'<div class="flashlib-ifig-controls" hidden>{"".join(rows)}</div>'
 
+    def _fixed_html(self) -> str:
+        """What the figure holds fixed, shown with JavaScript on or off."""
+        if not self.fixed:
+            return ""
+        return f'<p class="flashlib-ifig-fixed">{html.escape(fixed_text(self.fixed))}</p>'
+
     def _nojs(self, note: str) -> str:
         return f'<noscript><p class="flashlib-ifig-nojs">{html.escape(note)}</p></noscript>'
 
     def _figure(self, uid: str, body: str, payload: str, script: str) -> str:
         return (
             f'<figure class="flashlib-ifig flashlib-ifig-{self.kind}" id="{uid}">'
-            f"{self._controls()}{body}"
+            f"{self._controls()}{self._fixed_html()}{body}"
             f"<figcaption>{html.escape(self.caption)}</figcaption>"
             f'<script type="application/json" class="flashlib-ifig-data">{payload}</script>'
             f"<script>{script.replace(_ID, uid)}</script></figure>"
@@ -227,9 +259,9 @@ class InteractiveFigure(_Figure):
 
     def __init__(self, draw: Callable[..., Any], sliders: dict[str, list[Any]],
                  defaults: dict[str, Any], alt: Alt, *, labels: dict[str, str] | None = None,
-                 caption: str = ""):
+                 caption: str = "", fixed: Mapping[str, Any] | None = None):
         super().__init__(sliders, defaults, labels or {name: name for name in sliders},
-                         caption, alt)
+                         caption, alt, fixed)
         self.draw = draw
         self._widget = None
         self._last_figure: Any = None  # the figure of the previous render
@@ -328,7 +360,8 @@ class InteractiveFigure(_Figure):
             control.observe(redraw, names="value")
         redraw()
         caption = widgets.HTML(f"<em>{html.escape(self.caption)}</em>")
-        self._widget = widgets.VBox([*controls.values(), out, caption])
+        held = [widgets.HTML(self._fixed_html())] if self.fixed else []
+        self._widget = widgets.VBox([*controls.values(), *held, out, caption])
         return self._widget
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
@@ -355,8 +388,8 @@ class SvgFigure(_Figure):
 
     def __init__(self, renderer: str, data: Any, sliders: dict[str, list[Any]],
                  defaults: dict[str, Any], labels: dict[str, str], caption: str, alt: Alt,
-                 name: str):
-        super().__init__(sliders, defaults, labels, caption, alt)
+                 name: str, fixed: Mapping[str, Any] | None = None):
+        super().__init__(sliders, defaults, labels, caption, alt, fixed)
         self.renderer = renderer
         self.data = data
         self.name = name
@@ -431,6 +464,7 @@ def interactive_figure(
     labels: Mapping[str, str],
     caption: str,
     alt: Alt,
+    fixed: Mapping[str, Any],
     defaults: Mapping[str, Any] | None = None,
 ) -> InteractiveFigure:
     """A matplotlib figure redrawn from slider values, live in Jupyter/Colab and static (every
@@ -443,12 +477,17 @@ def interactive_figure(
             (at least two words), also shown beside it.
         caption: one line under the figure saying what to notice.
         alt: alt text (required): a str, or ``alt(**values) -> str`` describing each frame.
+        fixed: what the figure holds fixed while the sliders move, ``{"head dimension d":
+            64, "mask": "none"}`` (required, shown under the controls: a reader must not have
+            to guess the parameters no slider sets).
         defaults: starting value per slider (others start at their first value).
     """
+    fixed = _check_fixed(fixed)
     if not callable(draw):
         raise TypeError(f"draw: expected a callable draw(**values) -> Figure, got {type(draw)}")
     grid, start, spoken = _check_sliders(sliders, labels, defaults, caption, alt, MAX_FRAMES)
-    return InteractiveFigure(draw, grid, start, alt, labels=spoken, caption=caption)
+    return InteractiveFigure(draw, grid, start, alt, labels=spoken, caption=caption,
+                             fixed=fixed)
 
 
 def svg_figure(
@@ -459,6 +498,7 @@ def svg_figure(
     labels: Mapping[str, str],
     caption: str,
     alt: Alt,
+    fixed: Mapping[str, Any],
     defaults: Mapping[str, Any] | None = None,
 ) -> SvgFigure:
     """A figure the page draws itself, as SVG, from the JSON table ``data`` with the renderer
@@ -472,15 +512,17 @@ def svg_figure(
         caption: one line under the figure saying what to notice.
         alt: describes the default frame (for readers without JavaScript); a str or
             ``alt(**values) -> str``. The renderer returns the alt text of every frame.
+        fixed: what the figure holds fixed, as for :func:`interactive_figure` (required).
         defaults: starting value per slider (others start at their first value).
     """
+    fixed = _check_fixed(fixed)
     renderer = renderer_source(kind)
     grid, start, spoken = _check_sliders(sliders, labels, defaults, caption, alt, None)
     try:
         json.dumps({"data": data, "sliders": grid}, allow_nan=False)
     except (TypeError, ValueError) as err:
         raise TypeError(f"data, sliders: expected JSON-able values (no NaN): {err}") from None
-    return SvgFigure(renderer, data, grid, start, spoken, caption, alt, kind)
+    return SvgFigure(renderer, data, grid, start, spoken, caption, alt, kind, fixed)
 
 
 def redraw_time(

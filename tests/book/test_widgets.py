@@ -17,7 +17,7 @@ from flashlib.book import plots, widgets  # noqa: E402
 SLIDERS = {"n": [256, 512, 1024], "dtype": ["float16", "float32"]}
 LABELS = {"n": "sequence length n", "dtype": "data type of the inputs"}
 CAPTION = "What to notice: the bar grows with n."
-KW = {"labels": LABELS, "caption": CAPTION}
+KW = {"labels": LABELS, "caption": CAPTION, "fixed": {"head dimension d": 64}}
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
@@ -151,7 +151,8 @@ def test_bad_arguments(kwargs, error, match):
 
 def test_draw_must_return_a_figure(static):
     fig = widgets.interactive_figure(lambda n: n, {"n": [1, 2]}, alt="x",
-                                     labels={"n": "sequence length n"}, caption=CAPTION)
+                                     labels={"n": "sequence length n"}, caption=CAPTION,
+                                     fixed={"head dimension d": 64})
     message = r"draw\(\*\*values\): expected a matplotlib Figure, got int"
     with pytest.raises(TypeError, match=message):
         fig.to_html()
@@ -333,7 +334,7 @@ def test_svg_figure_inlines_its_renderer_and_data():
         labels={"n": "sequence length n", "B_r": "query block B_r", "B_c": "key block B_c",
                 "order": "loop order", "step": "step of the schedule"},
         defaults={"step": 3}, caption="What to notice: K and V are re-read.",
-        alt="The third tile of FlashAttention-2's schedule.")
+        alt="The third tile of FlashAttention-2's schedule.", fixed={"head dimension d": 4})
     html = fig._repr_html_()
     assert html.startswith('<figure class="flashlib-ifig flashlib-ifig-svg"')
     assert "function draw(data, values, h)" in html  # js/tiling.js, inlined
@@ -360,6 +361,6 @@ def test_svg_figure_inlines_its_renderer_and_data():
 )
 def test_svg_figure_bad_arguments(kind, kwargs, error, match):
     args = {"data": {}, "sliders": {"step": [0, 1]}, "labels": {"step": "step of the run"},
-            "caption": CAPTION, "alt": "x"} | kwargs
+            "caption": CAPTION, "alt": "x", "fixed": {"head dimension d": 4}} | kwargs
     with pytest.raises(error, match=match):
         widgets.svg_figure(kind, **args)

@@ -311,6 +311,9 @@ def _check_sliders(page, page_path: str) -> None:
         assert fig.is_visible(), f"{where} not visible"
         assert fig.locator(".flashlib-ifig-controls").is_visible(), f"{where}: no controls"
         assert fig.locator("figcaption").inner_text().strip(), f"{where}: no caption"
+        held = fig.locator(".flashlib-ifig-fixed")  # what no slider sets, stated (issue 33)
+        assert held.count() == 1 and held.is_visible(), f"{where}: its fixed parameters unsaid"
+        assert held.inner_text().startswith("Held fixed: "), f"{where}: {held.inner_text()!r}"
         img = fig.locator("img")
         if img.count():
             assert img.evaluate("i => i.complete && i.naturalWidth > 0"), f"{where}: no image"

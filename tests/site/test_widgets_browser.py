@@ -107,7 +107,7 @@ def figures_page(tmp_path_factory, monkeypatch_module):
         bars, {"n": [1, 2, 3], "kind": ["a", "b"]},
         labels={"n": "sequence length n", "kind": "kind of bar"},
         caption="What to notice: the bars move.",
-        alt=lambda n, kind: f"Two bars for n = {n}, kind {kind}")
+        alt=lambda n, kind: f"Two bars for n = {n}, kind {kind}", fixed={"bar width": 0.5})
     data = tiling_widget_data(N_VALUES, BLOCKS)
     steps = max(len(run["steps"]) for run in data["configs"].values())
     svg = widgets.svg_figure(
@@ -117,7 +117,7 @@ def figures_page(tmp_path_factory, monkeypatch_module):
         labels={"n": "sequence length n", "B_r": "query block B_r", "B_c": "key block B_c",
                 "order": "loop order", "step": "step of the schedule"},
         defaults={"n": 36, "step": 5}, caption="What to notice: the schedule.",
-        alt="Step 5 of Algorithm 1's schedule.")
+        alt="Step 5 of Algorithm 1's schedule.", fixed={"head dimension d": 4})
     return write_page(tmp_path_factory.mktemp("widgets"), "widgets",
                       png.to_html() + svg._repr_html_())
 
@@ -220,7 +220,8 @@ def tiling_page(tmp_path_factory, tiling_table):
                 "B_c": "key block size B_c", "order": "loop order",
                 "step": "step of the schedule"},
         defaults={"n": 100, "B_r": 32, "B_c": 16, "step": 6},
-        caption="What to notice: the schedule.", alt="Step 6 of Algorithm 1's schedule.")
+        caption="What to notice: the schedule.", alt="Step 6 of Algorithm 1's schedule.",
+        fixed={"head dimension d": 4})
     head = ("<meta name='viewport' content='width=device-width, initial-scale=1'>"
             f"<style>{CSS.read_text(encoding='utf-8')}</style>")
     return write_page(tmp_path_factory.mktemp("tiling"), "tiling", fig._repr_html_(), head)
@@ -294,7 +295,7 @@ def masking_page(tmp_path_factory):
     svg = widgets.svg_figure(
         "masking", data={}, sliders=MASK_SLIDERS,
         labels={name: f"slider {name}" for name in MASK_SLIDERS},
-        caption="What to notice: the tiles.", alt="A mask.")
+        caption="What to notice: the tiles.", alt="A mask.", fixed={"values": "none"})
     return write_page(tmp_path_factory.mktemp("masking"), "masking", svg._repr_html_())
 
 

@@ -51,7 +51,8 @@ def draw_line(a):
 
 
 interactive_figure(draw_line, {"a": [1, 2, 3]}, labels={"a": "slope a of the line"},
-                   caption="What to notice: the line gets steeper.", alt="A line")
+                   caption="What to notice: the line gets steeper.", alt="A line",
+                   fixed={"intercept": 0})
 ```
 
 ```{code-cell} ipython3

@@ -10,8 +10,9 @@ import numpy as np
 from flashlib import flash_attention
 from flashlib.book.exercises import NOT_ATTEMPTED
 from flashlib.book.exercises import beyond as bx
+from flashlib.book.exercises.mistakes import beyond as _beyond_mistakes
 from flashlib.fast.decoding import decode_attention
-from tests.helpers import assert_fails_with, crashing, not_attempted, text
+from tests.helpers import assert_fails_with, crashing, learner_copy, not_attempted, text
 
 
 def common(check):
@@ -61,26 +62,7 @@ def test_split_kv_refuses_the_library_shortcuts():
     assert globals()["decode_attention"] is bx.LIBRARY_ATTENTION["decode_attention"]
 
 
-def _gqa(q, k, v, order="group"):
-    *lead, h_q, n_q, d = q.shape
-    h_kv = k.shape[-3]
-    if order == "repeat":
-        g = h_q // h_kv
-        k, v = np.repeat(k, g, axis=-3), np.repeat(v, g, axis=-3)
-        s = q @ k.swapaxes(-1, -2) / np.sqrt(d)
-    elif order == "tile":
-        g = h_q // h_kv
-        reps = [1] * k.ndim
-        reps[-3] = g
-        k, v = np.tile(k, reps), np.tile(v, reps)
-        s = q @ k.swapaxes(-1, -2) / np.sqrt(d)
-    else:
-        q = q.reshape(*lead, h_kv, h_q // h_kv, n_q, d)
-        k, v = k[..., None, :, :], v[..., None, :, :]
-        s = q @ k.swapaxes(-1, -2) / np.sqrt(d)
-    p = np.exp(s - s.max(axis=-1, keepdims=True))
-    p /= p.sum(axis=-1, keepdims=True)
-    return (p @ v).reshape(*lead, h_q, n_q, v.shape[-1])
+_gqa = learner_copy(_beyond_mistakes._gqa)  # the declared mutant
 
 
 def test_grouped_query():

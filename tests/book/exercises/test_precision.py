@@ -9,6 +9,7 @@ import pytest
 
 from flashlib.book.exercises import NOT_ATTEMPTED
 from flashlib.book.exercises import precision as ex
+from flashlib.book.exercises.mistakes import precision as _precision_mistakes
 from flashlib.studies.precision import random_hadamard, round_to
 from tests.helpers import assert_fails_with, learner_copy, text
 
@@ -77,16 +78,7 @@ def test_keep_float32_right():
 
 # ---- flash-attn's rule, with FlashAttention-3's allowance ----------------------------------
 
-def fa3_rule(out, plain, ref, dtype, *, factor=2.0, atol_factor=2.0, combine=np.add,
-             rounded=True, metric=np.max):
-    err = metric(np.abs(out - ref))
-    err_plain = metric(np.abs(plain - ref))
-    if rounded:
-        trip = round_to(round_to(ref + 0.3, dtype) - 0.3, dtype)
-    else:
-        trip = ref + 0.3 - 0.3
-    atol = atol_factor * np.max(np.abs(trip - ref))
-    assert err <= combine(factor * err_plain, atol), f"{err:.3g}"
+fa3_rule = learner_copy(_precision_mistakes._fa3_rule)  # the declared mutant
 
 
 def test_fa3_rule_right():

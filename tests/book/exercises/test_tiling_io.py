@@ -15,6 +15,9 @@ import numpy as np
 from flashlib.book.exercises import NOT_ATTEMPTED
 from flashlib.book.exercises import io_model as ix
 from flashlib.book.exercises import tiling as tx
+from flashlib.book.exercises.mistakes import io_model as _io_model_mistakes
+from flashlib.book.exercises.mistakes import tiling as _tiling_mistakes
+from flashlib.book.exercises.mistakes.tiling import _tiled_state
 from flashlib.fast.online import merge_partials
 from flashlib.studies.io_model import crossover_M, sram_footprint
 from tests.helpers import (
@@ -30,55 +33,14 @@ from tools.paths import ROOT
 # learners' copies: the library's own functions are refused where the exercise asks for them
 merge_partials = learner_copy(merge_partials)
 crossover_M = learner_copy(crossover_M)
+_LEARNER_STATE = learner_copy(_tiled_state)
 
 # ---- the tiled state (m, l, acc) -----------------------------------------------------------
 
-def make_state(rescale_O=True, rescale_l=True, l_after=False, scale=True, ragged=True,
-               m_start=-np.inf, running_max=True, whole_S=False, average=None, output="state",
-               divide=False):
-    """A learner's tiled_state, with one of the usual mistakes (each found by running it)."""
-    def tiled_state(Q, K, V, B_r, B_c):
-        N_q, N_k, d_v = Q.shape[0], K.shape[0], V.shape[1]
-        tau = 1 / math.sqrt(Q.shape[1]) if scale else 1.0
-        if whole_S:  # the (N, N) matrix the probe must catch
-            S = tau * (Q @ K.T)
-            m = S.max(axis=1)
-            P = np.exp(S - m[:, None])
-            return m, P.sum(axis=1), P @ V
-        if average is not None:  # each tile's own softmax, the tiles averaged
-            outs, sizes = [], []
-            for j in range(0, N_k, B_c):
-                S = tau * (Q @ K[j : j + B_c].T)
-                P = np.exp(S - S.max(axis=1, keepdims=True))
-                outs.append(P @ V[j : j + B_c] / P.sum(axis=1, keepdims=True))
-                sizes.append(len(S[0]))
-            O = np.average(outs, axis=0, weights=sizes if average == "weighted" else None)
-            return np.zeros(N_q), np.ones(N_q), O
-        m, l, acc = np.empty(N_q), np.empty(N_q), np.empty((N_q, d_v))  # noqa: E741
-        stop_k = N_k if ragged else N_k - N_k % B_c
-        for i in range(0, N_q, B_r):
-            Q_i = Q[i : i + B_r]
-            O_i, l_i = np.zeros((len(Q_i), d_v)), np.zeros(len(Q_i))
-            m_i = np.full(len(Q_i), m_start)
-            for j in range(0, stop_k, B_c):
-                S = tau * (Q_i @ K[j : j + B_c].T)
-                m_new = np.maximum(m_i, S.max(axis=1)) if running_max else S.max(axis=1)
-                P = np.exp(S - m_new[:, None])
-                alpha = np.exp(m_i - m_new)
-                if l_after:
-                    l_i = alpha * (l_i + P.sum(axis=1))
-                else:
-                    l_i = (alpha if rescale_l else 1) * l_i + P.sum(axis=1)
-                O_i = (alpha[:, None] if rescale_O else 1) * O_i + P @ V[j : j + B_c]
-                m_i = m_new
-            m[i : i + B_r], l[i : i + B_r] = m_i, l_i
-            acc[i : i + B_r] = O_i / l_i[:, None] if divide else O_i
-        if output == "O,L":
-            return acc / l[:, None], m + np.log(l)
-        if output == "O":
-            return acc / l[:, None]
-        return m, l, acc
-    return tiled_state
+def make_state(**mistake):
+    """A learner's tiled_state, with one of the usual mistakes by keyword: the declared
+    mistakes' mutant (flashlib/book/exercises/mistakes/tiling.py), as a learner's copy."""
+    return functools.partial(_LEARNER_STATE, **mistake)
 
 
 def test_tiled_state_accepts_right_answers():
@@ -174,18 +136,7 @@ def test_o_writes():
 
 # ---- block sizes and the cap ---------------------------------------------------------------
 
-def square_block(M, d, *, tile=True, lm=True, blocks=4, ceil=False, paper=False):
-    """A learner's square_block: the largest B whose step fits, with a mistake switched on."""
-    if paper:
-        return -(-M // (4 * d))
-    size = lambda b: blocks * b * d + (2 * b if lm else 0) + (b * b if tile else 0)  # noqa: E731
-    if ceil:  # solves the quadratic and rounds up
-        a, c = 4 * d + 2, -M
-        return math.ceil((-a + math.sqrt(a * a - 4 * c)) / 2)
-    B = 0
-    while size(B + 1) <= M:
-        B += 1
-    return B
+square_block = learner_copy(_tiling_mistakes._square_block)  # the declared mutant
 
 
 def test_square_block():
@@ -225,16 +176,7 @@ def test_standard_count():
 
 # ---- io_count ------------------------------------------------------------------------------
 
-def io_count(N, d, B_r, B_c, order, *, init=True, lm=True, ceil=True, reads_only=False):
-    T_r = -(-N // B_r) if ceil else N // B_r
-    T_c = -(-N // B_c) if ceil else N // B_c
-    if order == "v1":
-        reads = 2 * N * d + T_c * N * (2 * d + (2 if lm else 0))
-        writes = T_c * N * (d + (2 if lm else 0)) + (N * (d + (2 if lm else 0)) if init else 0)
-    else:
-        reads = N * d + T_r * 2 * N * d
-        writes = N * d + N
-    return reads if reads_only else reads + writes
+io_count = learner_copy(_io_model_mistakes._io_count)  # the declared mutant
 
 
 def test_io_count_accepts_the_right_formula():
