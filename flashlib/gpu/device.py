@@ -151,7 +151,8 @@ class Capabilities:
                  f"flash-attn: {'yes' if self.flash_attn else 'no'}; "
                  f"PyTorch SDPA: {'yes' if self.sdpa else 'no'}."]
         lines += list(self.notes)
-        return "\n".join(textwrap.fill(line, 76, subsequent_indent="  ") for line in lines)
+        return "\n".join(textwrap.fill(line, 76, subsequent_indent="  ",
+                                           break_on_hyphens=False) for line in lines)
 
 
 def _version(text: str | None) -> tuple[int, ...]:

@@ -180,6 +180,9 @@ def test_both_kinds_redraw_from_every_slider(figures_page):
         assert last == 4 and int(step.input_value()) == last  # 4 tiles after step 0
         label = svg_fig.locator(".flashlib-ifig-drawing").get_attribute("aria-label")
         assert f"step {last} of {last}" in label
+        # and says so: its label and spoken value follow the clamp (the reader's stale "20")
+        assert step.locator("xpath=following-sibling::output").inner_text() == str(last)
+        assert step.get_attribute("aria-valuetext") == str(last)
 
 
 def test_without_javascript_the_default_frame_and_a_note(figures_page):

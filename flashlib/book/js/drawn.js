@@ -61,8 +61,11 @@
       inputs.forEach(function (input, k) {
         if (spec.sliders[k].name !== name) return;
         var top = Math.max(0, Math.min(out.limits[name], spec.sliders[k].values.length) - 1);
+        // read the value before lowering max: a range input clamps its value to a new max
+        // itself, and the label and aria-valuetext set above would keep the old value
+        var before = Number(input.value);
         input.max = String(top);
-        if (Number(input.value) > top) { input.value = String(top); again = true; }
+        if (before > top) { input.value = String(top); again = true; }
       });
     });
     if (again) return update();
