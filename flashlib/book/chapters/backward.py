@@ -66,7 +66,7 @@ def backward_diagram(B_r: int, B_c: int, d: int, itemsize: int) -> Diagram:
     dg.text(68, 118, "load blocks")
     dg.arrow(268, 130, 268, 96)
     dg.text(260, 118, "dQ_i += …", anchor="end")
-    dg.box(0, 132, 360, 196, f"SRAM: {size_text(total)}", fill="orange")
+    dg.box(0, 132, 360, 196, f"on chip (SRAM, registers): {size_text(total)}", fill="orange")
     dg.text(8, 168, "stay:")
     for k, name in enumerate(("K_j", "V_j", "dK_j", "dV_j")):
         dg.chip(62 + 50 * k, 152, name, w=46, fill="bluish_green")
