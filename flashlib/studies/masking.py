@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from flashlib.algorithms import masked_flash_forward
-from flashlib.core.measure import measure_peak
 from flashlib.core.masks import Predicate, dense_mask, sliding_window
+from flashlib.core.measure import measure_peak
 from flashlib.fast.backward import flash_attention_backward
 from flashlib.fast.forward import flash_attention
 from flashlib.fast.naive import naive_attention
