@@ -55,7 +55,7 @@ function draw(data, values, h) {
   y += 16;
   swatch(0, "none", "#D55E00", "tile (" + ti + ", " + tj + ") draws counters");
   y += 16;
-  line("(i, j, h, offset) for rows i = " + ri0 + ".." + ri1 + ", keys j = " + cj0 + ".." + cj1);
+  line("(r, c, h, offset) for rows r = " + ri0 + ".." + ri1 + ", keys c = " + cj0 + ".." + cj1);
   line("the backward draws the same counters: the same bits");
   y += 2;
   var bytes = total, packed = Math.ceil(total / 8), lse = 4 * n;
