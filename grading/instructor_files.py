@@ -214,7 +214,9 @@ MEETINGS = [
          ("count the tiles causal attention computes and masks, and predict its time against "
           "non-causal", ["5.4", "6.1"]),
          ("write a masked forward that returns O = 0 and L = -inf on rows that see no key, "
-          "with no NaN", ["6.2", "6.3", "6.4"])]},
+          "with no NaN", ["6.2", "6.3", "6.4"]),
+         ("draw a tile's dropout mask from a counter-based generator (Philox), so that any "
+          "tiling regenerates the same bits", ["6.5"])]},
     {"title": "The backward pass, and precision",
      "chapters": ["backward", "precision"],
      "lecture": "25 min: D = rowsum(dO * O), recomputation, the base-2 trap; rounding to "
@@ -225,6 +227,8 @@ MEETINGS = [
           "check gradients by finite differences", ["7.1", "7.2", "7.3", "7.4"]),
          ("write FlashAttention-2's tiled backward with a mask, rows that see no key "
           "included, against autograd", ["7.5"]),
+         ("write a backward tile with dropout: the mask regenerated from the forward's "
+          "counters, dV and dP through it, dS from the undropped P", ["7.6"]),
          ("simulate rounding to p significant bits and a bfloat16 sum, and decide which "
           "quantities must stay float32", ["8.1", "8.2", "8.3"]),
          ("state flash-attn's 2x rule, with FlashAttention-3's allowance, as a test, and "

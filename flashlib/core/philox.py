@@ -73,17 +73,21 @@ def drop_threshold(p: float) -> np.uint64:
     return np.uint64(int(p * 2.0**32))
 
 
-def dropout_keep(seed: int, head: object, rows: object, cols: object, p: float,
-                 offset: int = 0) -> np.ndarray:
-    """The dropout keep-mask of the entries (rows, cols) of head ``head``: True where kept.
+def dropout_keep(seed: int, head: object, rows: object, cols: object,
+                 p: float, offset: int = 0) -> np.ndarray:
+    """The dropout keep-mask of the entries (rows, cols) of head ``head``:
+    True where kept.
 
-    seed: the key, an integer in [0, 2**64); head: the flat (batch, head) index b * H + h,
-    rows: query indices, cols: key indices (integers or integer arrays in [0, 2**32),
-    broadcast together: rows (B_r, 1) and cols (B_c,) give a (B_r, B_c) tile); p: the dropout
-    probability in [0, 1); offset: the call's counter word, in [0, 2**32) (flash-attn's
-    per-call offset; the library passes 0 and takes a new seed per call).  A pure function of
-    its arguments: the same entry gets the same bit in every tile that holds it.
+    seed: the key, an integer in [0, 2**64); head: the flat (batch, head)
+    index b * H + h; rows: query indices, cols: key indices (integers or
+    integer arrays in [0, 2**32), broadcast together: rows (B_r, 1) and
+    cols (B_c,) give a (B_r, B_c) tile); p: the dropout probability in
+    [0, 1); offset: the call's counter word, in [0, 2**32) (flash-attn's
+    per-call offset; the library passes 0 and takes a new seed per call).
+    A pure function of its arguments: the same entry gets the same bit in
+    every tile that holds it.
     """
     seed = int(seed)
-    bits = philox4x32((rows, cols, head, offset), (seed & 0xFFFFFFFF, seed >> 32))[0]
+    key = (seed & 0xFFFFFFFF, seed >> 32)  # the 64-bit seed: two words
+    bits = philox4x32((rows, cols, head, offset), key)[0]  # first word
     return bits.astype(np.uint64) >= drop_threshold(p)

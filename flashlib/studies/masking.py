@@ -15,6 +15,8 @@ maximum stays -inf, the 0 is used inside the exponent only).
 :func:`stored_guard_forward`  the masked forward with the guard stored into m_i (the mistake)
 :func:`guard_outcomes`     every kernel's output on the problem, against the reference
 :func:`underflow_score`    the score below which exp underflows to 0 in a dtype
+:func:`dropout_memory`     what dropout's forward and backward hold beyond their inputs and
+                           results, against the bytes of the mask they never store
 """
 
 from __future__ import annotations
@@ -26,10 +28,13 @@ import numpy as np
 
 from flashlib.algorithms import masked_flash_forward
 from flashlib.core.masks import Predicate, dense_mask, sliding_window
+from flashlib.core.measure import measure_peak
+from flashlib.fast.backward import flash_attention_backward
+from flashlib.fast.forward import flash_attention
 from flashlib.fast.naive import naive_attention
 
 __all__ = ["BLIND_ROWS", "blind_row_problem", "stored_guard_forward", "guard_outcomes",
-           "underflow_score"]
+           "underflow_score", "dropout_memory"]
 
 #: The blind-row demo: n_q queries, n_k keys, the mask and the blocks.  Under the window (2, 0)
 #: aligned bottom-right, query i sees keys i - 4 .. i - 2: queries 0 and 1 see no key, and
@@ -133,3 +138,21 @@ def underflow_score(dtype: Any) -> float:
     number (about -745.13 in float64, -103.97 in float32).  A tile exponentiated against a
     maximum of 0 loses every score below it."""
     return math.log(float(np.finfo(np.dtype(dtype)).smallest_subnormal)) - math.log(2)
+
+
+def dropout_memory(n: int, d: int = 32, p_drop: float = 0.1, seed: int = 0,
+                   block: int = 64) -> dict[str, int]:
+    """Bytes that ``flash_attention(..., dropout_p=p_drop, seed=seed)`` and its backward hold
+    beyond their inputs and results (peak traced memory, :func:`measure_peak`), for one head
+    of n queries and n keys of width d in float32, tiles ``block`` x ``block``; against
+    ``mask_bytes`` = n * n (the mask stored as one byte per entry, as a bool array) and
+    ``state_bytes`` = 16 (the seed and the offset, two 64-bit words: what the backward gets
+    instead).  Keys: forward, backward, mask_bytes, state_bytes."""
+    rng = np.random.default_rng(seed)
+    q, k, v, do = (rng.standard_normal((n, d)).astype(np.float32) for _ in range(4))
+    kwargs = {"dropout_p": p_drop, "seed": seed, "block_q": block, "block_k": block}
+    (o, lse), forward = measure_peak(flash_attention, q, k, v, return_lse=True, **kwargs)
+    grads, backward = measure_peak(flash_attention_backward, q, k, v, o, lse, do, **kwargs)
+    return {"forward": forward - o.nbytes - lse.nbytes,
+            "backward": backward - sum(g.nbytes for g in grads),
+            "mask_bytes": n * n, "state_bytes": 16}

@@ -165,6 +165,29 @@ def test_any_tiling_assembles_the_same_mask(n_q, n_k, b_r, b_c, head, seed, p):
     np.testing.assert_array_equal(tiled, whole)
 
 
+
+@pytest.mark.parametrize(("fwd_blocks", "bwd_blocks"), [((64, 32), (16, 48)), ((1, 1), (7, 5)),
+                                                         ((100, 3), (128, 128))])
+@pytest.mark.parametrize("workers", [1, 3])
+def test_the_backward_regenerates_the_forward_bits(fwd_blocks, bwd_blocks, workers):
+    """With V = I the forward's O is P * Z / (1 - p), zero exactly where dropped; with dO = I
+    the backward's dV^T is the same matrix: the bits each pass used, read off its results,
+    are the same (and the mask drawn whole), whatever the tiles of either pass and the threads
+    of the forward; as the masking chapter's experiment shows with the teaching functions."""
+    n, heads = 96, 3
+    rng = np.random.default_rng(4)
+    q, k = rng.standard_normal((2, heads, n, 16))
+    eye = np.broadcast_to(np.eye(n), (heads, n, n)).copy()
+    p = check_problem(q, k, eye, blocks=fwd_blocks)
+    o, lse = dropout_forward(p, 0.3, 2**40 + 9, workers=workers)
+    _, _, dv = flash_attention_backward(q, k, eye, o, lse, eye, dropout_p=0.3,
+                                        seed=2**40 + 9, block_q=bwd_blocks[0],
+                                        block_k=bwd_blocks[1])
+    z = _mask_z((heads,), n, n, 0.3, 2**40 + 9)
+    np.testing.assert_array_equal(o > 0, z)
+    np.testing.assert_array_equal(dv.swapaxes(-1, -2) > 0, z)
+
+
 @pytest.mark.parametrize("workers", [2, 3])
 def test_forward_bits_do_not_depend_on_threads(workers):
     """Large enough for threads (flashlib.core.threads.workers_for): bit for bit."""

@@ -10,7 +10,10 @@ output show them:
 - the masking widget's renderer (flashlib/book/js/masking.js): every slider changes the
   drawing, and the tile counts and rows without keys it reports equal flashlib.core.masks'
   classification of the same mask (the predicate is written twice, in Python and in
-  JavaScript: this test keeps them equal).
+  JavaScript: this test keeps them equal);
+- the dropout widget's renderer (flashlib/book/js/dropout.js): every slider changes the
+  drawing, the kept bits it draws equal flashlib.core.philox.dropout_keep (the threshold is
+  written twice), a smaller n shows the corner of a larger one, and it fits a 390 px phone.
 
 The pages of the built site are tested in tests/site/test_site.py.
 """
@@ -29,6 +32,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from flashlib.book import plots, widgets  # noqa: E402
+from flashlib.book.chapters.masking import DROPOUT_WIDGET, dropout_widget_data  # noqa: E402
 from flashlib.book.chapters.tiling import tiling_widget_data  # noqa: E402
 from flashlib.core.masks import (  # noqa: E402
     classify_tiles,
@@ -36,6 +40,7 @@ from flashlib.core.masks import (  # noqa: E402
     padded,
     sliding_window,
 )
+from flashlib.core.philox import dropout_keep  # noqa: E402
 from tests.browser import chromium, serve  # noqa: E402
 from tools.paths import ROOT  # noqa: E402
 
@@ -326,3 +331,55 @@ def test_masking_widget_counts_match_flashlib(masking_page):
             assert found, alt
             assert tuple(int(x) for x in found.groups()) == expected_mask_counts(values), (
                 values, alt)
+
+
+# the dropout widget ------------------------------------------------------------------------------
+
+DROPOUT_SLIDERS = {"n": [8, 16, 24, 32], "B": [4, 8, 16], "p": [0.1, 0.2, 0.5]}
+
+
+@pytest.fixture(scope="module")
+def dropout_page(tmp_path_factory):
+    svg = widgets.svg_figure(
+        "dropout", data=dropout_widget_data(32), sliders=DROPOUT_SLIDERS,
+        labels={"n": "sequence length n", "B": "block size B", "p": "dropout probability p"},
+        caption="What to notice: the bits.", alt="A dropout mask.")
+    return write_page(tmp_path_factory.mktemp("dropout"), "dropout", svg._repr_html_())
+
+
+def _drawn_bits(drawing) -> list[bool]:
+    """The entries the renderer drew, in row order: True where filled (kept)."""
+    return drawing.evaluate(
+        "d => Array.from(d.querySelectorAll('svg > rect[fill=\"#0072B2\"],"
+        " svg > rect[stroke=\"#888888\"]')).map(r => r.getAttribute('fill') !== 'none')")
+
+
+def test_dropout_widget_bits_match_flashlib(dropout_page):
+    rng = np.random.default_rng(1)
+    with opened(dropout_page, 1280) as page:
+        fig = page.locator("figure.flashlib-ifig-svg")
+        drawing = fig.locator(".flashlib-ifig-drawing")
+        for name in DROPOUT_SLIDERS:  # every slider changes the drawing
+            before = drawing.inner_html()
+            choose(page, fig, name, 1)
+            assert drawing.inner_html() != before, name
+            choose(page, fig, name, 0)
+        for _ in range(8):  # random settings: the bits drawn are flashlib's
+            values = {}
+            for name, options in DROPOUT_SLIDERS.items():
+                index = int(rng.integers(len(options)))
+                choose(page, fig, name, index)
+                values[name] = options[index]
+            n, p = values["n"], values["p"]
+            want = dropout_keep(DROPOUT_WIDGET["seed"], DROPOUT_WIDGET["head"],
+                                np.arange(n)[:, None], np.arange(n), p)
+            drawn = np.array(_drawn_bits(drawing)[: n * n]).reshape(n, n)
+            np.testing.assert_array_equal(drawn, want)
+            alt = drawing.get_attribute("aria-label")
+            assert f"{int(want.sum())} of {n * n} entries kept" in alt, (values, alt)
+    with opened(dropout_page, 390) as page:
+        fig = page.locator("figure.flashlib-ifig-svg")
+        choose(page, fig, "n", 3)
+        wide = fig.evaluate("f => f.scrollWidth > f.clientWidth + 1")
+        assert not wide, "the dropout widget scrolls sideways at 390 px"
+

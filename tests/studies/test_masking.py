@@ -65,3 +65,18 @@ def test_underflow_score():
     assert round(underflow_score(np.float64), 1) == -745.1
     assert round(underflow_score(np.float32), 1) == -104.0
 
+
+
+@pytest.mark.slow  # 6 s: in make test, not in make check's fast loop
+def test_dropout_memory_grows_linearly_while_the_mask_grows_quadratically():
+    """What the masking chapter's dropout experiment glues: each pass holds less than the
+    stored mask at n = 2048, and twice n costs at most about twice the bytes (O(n d) plus
+    tiles), where the mask costs four times as much."""
+    from flashlib.studies.masking import dropout_memory
+
+    small, large = dropout_memory(1024), dropout_memory(2048)
+    assert large["mask_bytes"] == 4 * small["mask_bytes"] == 4 * 1024 * 1024
+    assert large["state_bytes"] == 16
+    for key in ("forward", "backward"):
+        assert 0 < large[key] < large["mask_bytes"] / 4
+        assert large[key] < 2.2 * small[key]

@@ -9,6 +9,7 @@ module                             what the chapter draws
 :mod:`~.online_softmax`            blocks of keys merged
 :mod:`~.tiling`                    the two loop orders at one tile; the tiling widget's frames
 :mod:`~.ladder`                    one tile of the fast rungs
+:mod:`~.masking`                   the dropout widget's generator words
 :mod:`~.backward`                  one tile of the backward; the backward widget's data
 :mod:`~.precision`                 where each number is rounded; the precision widget's table
 :mod:`~.io_model`                  the memory hierarchy; the IO-model widget's table

@@ -13,6 +13,10 @@ check_masked_backward    ``masked_flash2_backward(Q, K, V, O, L, dO, mask, B_r, 
                          dV)``: FlashAttention-2's tiled backward with a boolean mask, against
                          autograd (or the naive backward) on ragged shapes and rows that see no
                          key; each usual mistake named; no (N, N) array (memory probe)
+check_dropout_tile_backward ``dropout_tile_backward(Q_i, K_j, V_j, dO_i, L_i, D_i, i, j,
+                         p_drop, seed) -> (dQ_i, dK_j, dV_j)``: one tile's share of the
+                         backward with dropout, its mask regenerated from Philox; summed over
+                         every tile, against the materialised mask's gradients
 
 Over 500 lines (about 600): one checker per exercise, whose cases and diagnoses are code;
 the mistakes each must catch are data, in mistakes/backward.py.
@@ -25,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.algorithms import safe_softmax
+from flashlib.algorithms import flash2_dropout_forward, safe_softmax
 from flashlib.book.exercises import (
     Feedback,
     LearnerError,
@@ -38,6 +42,7 @@ from flashlib.book.exercises import (
 from flashlib.book.exercises.memory import measure_peak
 from flashlib.core.constants import LN2, LOG2E
 from flashlib.core.masks import causal_bottom_right, dense_mask, key_padding
+from flashlib.core.philox import dropout_keep
 from flashlib.fast.naive import naive_attention, naive_attention_backward
 from flashlib.studies.backward import attention_loss, lse_base2, softmax_vjp
 from flashlib.studies.masking import blind_row_problem
@@ -52,6 +57,8 @@ __all__ = [
     "check_finite_differences",
     "MASKED_PROBE",
     "check_masked_backward",
+    "DROPOUT_CASES",
+    "check_dropout_tile_backward",
 ]
 
 
@@ -605,3 +612,153 @@ def check_masked_backward(fb: Feedback, masked_flash2_backward: Callable[..., An
                     "B_r x B_c tile at a time")
         else:
             fb.ok(f"{label}: {peak / 2**20:.2f} MiB allocated, no (N, N) array")
+
+
+# --- 7.7 the backward with dropout, one tile ---------------------------------------------------
+
+#: (label, N_q, N_k, d, d_v, B_r, B_c, p_drop, seed) of :func:`check_dropout_tile_backward`.
+DROPOUT_CASES: list[tuple[str, int, int, int, int, int, int, float, int]] = [
+    ("37 queries, 29 keys, blocks 8 x 6, p = 0.3", 37, 29, 8, 5, 8, 6, 0.3, 2024),
+    ("one query, one key, p = 0.5", 1, 1, 4, 4, 4, 4, 0.5, 7),
+    ("blocks larger than N: 7 x 9, blocks 16 x 16, p = 0.1", 7, 9, 8, 8, 16, 16, 0.1, 11),
+    ("1 x 1 blocks, 9 queries, 11 keys, p = 0.6", 9, 11, 4, 3, 1, 1, 0.6, 2**40 + 3),
+    ("64 x 48, blocks 16 x 32, p = 0.2", 64, 48, 16, 16, 16, 32, 0.2, 99),
+]
+
+#: The usual mistakes of a dropout backward tile: {name: hint}; :func:`_dropout_tile` computes
+#: each, and the checker names the one the learner's gradients equal.
+DROPOUT_HINTS: dict[str, str] = {
+    "no_scale": "the 1/(1 - p) scale is missing: the forward divided the kept entries by "
+                "1 - p, so dV and dP take Z / (1 - p), not Z",
+    "dv_scale_only": "dP = (dO_i V_j^T) * Z_ij is missing the 1/(1 - p) scale that dV has: "
+                     "the forward's O used P * Z / (1 - p), so both take it",
+    "local_counters": "your mask is drawn with the tile's own indices (0, 1, ...), so the "
+                      "backward's bits differ from the forward's: the counters are the "
+                      "positions in the whole matrix, rows i .. i + B_r - 1 and keys "
+                      "j .. j + B_c - 1",
+    "swapped": "rows and keys are swapped in the counter, so the backward's bits differ from "
+               "the forward's: dropout_keep(seed, head, rows, cols, p) with rows the queries",
+    "dropped_p_in_ds": "dS_ij = P_ij * (dP_ij - D_i) takes the undropped P_ij: the dropout "
+                       "is already in dP_ij (the softmax's Jacobian is that of P, not of "
+                       "P * Z)",
+    "dp_not_dropped": "dP_ij = dO_i V_j^T must go through the mask: dP_ij = (dO_i V_j^T) * "
+                      "Z_ij / (1 - p), since the forward multiplied P by Z / (1 - p) before V",
+    "dv_not_dropped": "dV_j takes the dropped probabilities: (P_ij * Z_ij)^T dO_i / (1 - p), "
+                      "as the forward's O used P * Z / (1 - p)",
+    "no_tau": "dQ and dK are missing the scale tau = 1/sqrt(d) (dS is the gradient of the "
+              "scaled scores S = tau Q K^T)",
+}
+
+
+def _dropout_tile(Q_i: np.ndarray, K_j: np.ndarray, V_j: np.ndarray, dO_i: np.ndarray,
+                  L_i: np.ndarray, D_i: np.ndarray, i: int, j: int, p_drop: float, seed: int,
+                  mistake: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One tile's (dQ_i, dK_j, dV_j) shares, right, or with the named mistake of
+    :data:`DROPOUT_HINTS`."""
+    tau = 1 / np.sqrt(Q_i.shape[1])
+    rows, cols = np.arange(i, i + len(Q_i))[:, None], np.arange(j, j + len(K_j))
+    if mistake == "local_counters":
+        rows, cols = rows - i, cols - j
+    if mistake == "swapped":
+        Z = dropout_keep(seed, 0, cols[None, :], rows, p_drop)
+    else:
+        Z = dropout_keep(seed, 0, rows, cols, p_drop)
+    keep = 1.0 if mistake == "no_scale" else 1 / (1 - p_drop)
+    P = np.exp(tau * (Q_i @ K_j.T) - L_i[:, None])
+    dV = (P if mistake == "dv_not_dropped" else P * Z).T @ dO_i * keep
+    dP = dO_i @ V_j.T
+    if mistake != "dp_not_dropped":
+        dP = dP * Z * (1.0 if mistake == "dv_scale_only" else keep)
+    dS = (P * Z * keep if mistake == "dropped_p_in_ds" else P) * (dP - D_i[:, None])
+    t = 1.0 if mistake == "no_tau" else tau
+    return t * (dS @ K_j), t * (dS.T @ Q_i), dV
+
+
+def _dropout_problem(case: tuple) -> tuple[np.ndarray, ...]:
+    """Q, K, V, dO of a case (float64), and the forward's O and L (with dropout)."""
+    _, n_q, n_k, d, d_v, B_r, B_c, p_drop, seed = case
+    rng = np.random.default_rng(n_q * 100 + n_k)
+    Q, K = rng.standard_normal((n_q, d)), rng.standard_normal((n_k, d))
+    V, dO = rng.standard_normal((n_k, d_v)), rng.standard_normal((n_q, d_v))
+    O, L = flash2_dropout_forward(Q, K, V, p_drop, seed, B_r, B_c)
+    return Q, K, V, dO, O, L
+
+
+def _run_tiles(tile: Callable[..., Any], case: tuple, problem: tuple[np.ndarray, ...],
+               learner: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dQ, dK, dV): ``tile`` called on every tile (key blocks outside) and its shares summed."""
+    _, n_q, n_k, _, _, B_r, B_c, p_drop, seed = case
+    Q, K, V, dO, O, L = problem
+    D = np.sum(dO * O, axis=1)
+    dQ, dK, dV = np.zeros_like(Q), np.zeros_like(K), np.zeros_like(V)
+    for j in range(0, n_k, B_c):
+        for i in range(0, n_q, B_r):
+            args = (Q[i : i + B_r], K[j : j + B_c], V[j : j + B_c], dO[i : i + B_r],
+                    L[i : i + B_r], D[i : i + B_r], i, j, p_drop, seed)
+            if learner:
+                got, _ = call_learner(tile, *(x.copy() if isinstance(x, np.ndarray) else x
+                                              for x in args))
+                if not (isinstance(got, tuple | list) and len(got) == 3):
+                    raise LearnerError("return the tuple (dQ_i, dK_j, dV_j) of the tile's "
+                                       "shares")
+                shapes = (args[0].shape, args[1].shape, args[2].shape)
+                got = tuple(_as_array(x, shape, name) for x, shape, name in
+                            zip(got, shapes, ("dQ_i", "dK_j", "dV_j"), strict=True))
+            else:
+                got = tile(*args)
+            dQ[i : i + B_r] += got[0]
+            dK[j : j + B_c] += got[1]
+            dV[j : j + B_c] += got[2]
+    return dQ, dK, dV
+
+
+def _dropout_reference(case: tuple, problem: tuple[np.ndarray, ...]
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The gradients of attention with the dropout mask materialised (float64): the
+    derivation, with D = rowsum(P * dP), not the tiles."""
+    _, n_q, n_k, d, _, _, _, p_drop, seed = case
+    Q, K, V, dO, _, _ = problem
+    tau = 1 / np.sqrt(d)
+    P = safe_softmax(tau * (Q @ K.T))
+    Z = dropout_keep(seed, 0, np.arange(n_q)[:, None], np.arange(n_k), p_drop) / (1 - p_drop)
+    dV = (P * Z).T @ dO
+    dP = (dO @ V.T) * Z
+    dS = P * (dP - np.sum(P * dP, axis=1, keepdims=True))
+    return tau * dS @ K, tau * dS.T @ Q, dV
+
+
+@checker("the backward with dropout, one tile",
+         forbid=names("flashlib.algorithms.flash2_dropout_backward",
+                      "flashlib.fast.backward.flash_attention_backward",
+                      "flashlib.fast.dropout.dropout_backward"))
+def check_dropout_tile_backward(fb: Feedback, dropout_tile_backward: Callable[..., Any]
+                                ) -> None:
+    """Check ``dropout_tile_backward(Q_i, K_j, V_j, dO_i, L_i, D_i, i, j, p_drop, seed) ->
+    (dQ_i, dK_j, dV_j)``: one tile's shares of the gradients of attention with dropout (one
+    head, h = 0), its mask regenerated with ``dropout_keep``; called on every tile of ragged
+    problems and summed, against the gradients with the mask materialised."""
+    for case in DROPOUT_CASES:
+        label = case[0]
+        problem = _dropout_problem(case)
+        want = _dropout_reference(case, problem)
+        with fb.case(label) as result:
+            got = _run_tiles(dropout_tile_backward, case, problem, learner=True)
+            ok = _grads_close(got, want)
+            if all(ok):
+                continue
+            hint = next((h for name, h in DROPOUT_HINTS.items() if all(_grads_close(
+                got, _run_tiles(lambda *a, m=name: _dropout_tile(*a, mistake=m), case,
+                                problem, learner=False)))), None)
+            if hint is None:
+                wrong = [n for n, good in zip(("dQ", "dK", "dV"), ok, strict=True) if not good]
+                hint = (f"{', '.join(wrong)} differ from the gradients with the mask "
+                        f"materialised by up to "
+                        f"{max(_rel(g, w) for g, w in zip(got, want, strict=True)):.3g} "
+                        "(relative): draw Z_ij = dropout_keep(seed, 0, rows, cols, p_drop) "
+                        "from the tile's positions, dV_j += (P_ij * Z_ij)^T dO_i / (1 - p), "
+                        "dP_ij = (dO_i V_j^T) * Z_ij / (1 - p), dS_ij = P_ij * (dP_ij - D_i)")
+            fb.fail(f"{label}: {hint}")
+        if result.failed:
+            return
+    fb.ok(f"dQ, dK, dV summed over every tile equal the gradients with the mask materialised "
+          f"on {len(DROPOUT_CASES)} problems: the regenerated bits are the forward's")

@@ -12,6 +12,9 @@ check_guarded_forward  ``guarded_forward(Q, K, V, mask, B_r, B_c) -> (O, L)``: t
                        catches the guard stored into m)
 check_window_size      ``window_size_for(W) -> (left, right)``: flash-attn's ``window_size`` for
                        "W tokens including the current one"
+check_tile_keep        ``tile_keep(seed, offset, head, i0, i1, j0, j1, p) -> (i1 - i0, j1 - j0)
+                       bool``: a tile's dropout keep-mask from Philox4x32-10, equal to
+                       :func:`flashlib.core.philox.dropout_keep` on the tile's positions
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from flashlib.core.masks import (
     padded,
     sliding_window,
 )
+from flashlib.core.philox import dropout_keep
 from flashlib.fast.naive import naive_attention
 from flashlib.studies.masking import blind_row_problem
 
@@ -50,6 +54,7 @@ __all__ = [
     "check_blind_rows",
     "check_guarded_forward",
     "check_window_size",
+    "check_tile_keep",
 ]
 
 CLASSES = ("empty", "partial", "full")
@@ -401,3 +406,80 @@ def check_window_size(fb: Feedback, fn: Callable[[int], Any]) -> None:
                 keys = dense_mask(sliding_window(left, 0), n, n).sum(axis=1) if left >= 0 else [0]
                 hint = f"each row then sees {int(keys[-1])} keys, not {W}"
             fb.fail(f"{label}: window_size = ({left}, {right}): {hint}")
+
+
+# --- a tile's dropout keep-mask ----------------------------------------------------------------
+
+#: (seed, offset, head, i0, i1, j0, j1, p) of :func:`check_tile_keep`: tiles away from the
+#: origin, a non-square tile, one row, a seed above 2**32 (the key's high word), an offset.
+KEEP_CASES: list[tuple[int, int, int, int, int, int, int, float]] = [
+    (2024, 0, 0, 0, 8, 0, 8, 0.2),
+    (2024, 0, 3, 16, 24, 40, 52, 0.2),
+    (7, 0, 1, 5, 6, 0, 33, 0.5),
+    (2**40 + 12345, 0, 2, 32, 48, 16, 32, 0.1),
+    (2024, 3, 0, 8, 16, 24, 32, 0.3),
+    (99, 0, 5, 64, 96, 0, 32, 0.9),
+]
+
+
+def _keep_variants(seed: int, offset: int, head: int, i0: int, i1: int, j0: int, j1: int,
+                   p: float) -> dict[str, np.ndarray]:
+    """The usual wrong keep-masks of a tile, each with the hint that names its mistake."""
+    rows, cols = np.arange(i0, i1)[:, None], np.arange(j0, j1)
+    local_r, local_c = np.arange(i1 - i0)[:, None], np.arange(j1 - j0)
+    low = seed & 0xFFFFFFFF
+    return {
+        "the counter holds the tile's own indices (0, 1, ...), so every tile draws the same "
+        "bits: use the positions in the whole matrix, rows i0 .. i1 - 1 and keys j0 .. j1 - 1":
+            dropout_keep(seed, head, local_r, local_c, p, offset),
+        "rows and keys are swapped in the counter: it is (row i, key j, head, offset)":
+            dropout_keep(seed, head, cols[None, :], rows, p, offset),
+        "this keeps an entry with probability p: an entry is dropped when its word is below "
+        "floor(p * 2**32) and kept when it is at least that":
+            ~dropout_keep(seed, head, rows, cols, p, offset),
+        "the key is the seed's low 32 bits only: the key is two words, (seed & 0xFFFFFFFF, "
+        "seed >> 32)":
+            dropout_keep(low, head, rows, cols, p, offset),
+        "the offset is missing from the counter (its fourth word)":
+            dropout_keep(seed, head, rows, cols, p, 0),
+        "the head is missing from the counter (its third word): every head would drop the "
+        "same entries":
+            dropout_keep(seed, 0, rows, cols, p, offset),
+    }
+
+
+@checker("a tile's dropout mask",
+         forbid=names("flashlib.core.philox.dropout_keep"))
+def check_tile_keep(fb: Feedback, fn: Callable[..., Any]) -> None:
+    """Check ``tile_keep(seed, offset, head, i0, i1, j0, j1, p)``: the keep-mask of rows
+    i0 .. i1 - 1 and keys j0 .. j1 - 1 of head ``head``, a (i1 - i0, j1 - j0) boolean array,
+    bit for bit :func:`flashlib.core.philox.dropout_keep` at those positions."""
+    for seed, offset, head, i0, i1, j0, j1, p in KEEP_CASES:
+        label = (f"seed {seed}, offset {offset}, head {head}, rows {i0}..{i1 - 1}, keys "
+                 f"{j0}..{j1 - 1}, p = {p}")
+        with fb.case(label):
+            got, _ = call_learner(fn, seed, offset, head, i0, i1, j0, j1, p)
+            got = np.asarray(got)
+            problem = shape_problem(got, (i1 - i0, j1 - j0), "the keep-mask")
+            if problem:
+                fb.fail(f"{label}: {problem}")
+                continue
+            want = dropout_keep(seed, head, np.arange(i0, i1)[:, None], np.arange(j0, j1), p,
+                                offset)
+            if got.dtype != np.bool_ and np.array_equal(got, want):
+                fb.fail(f"{label}: the right bits, but as {got.dtype}: return booleans "
+                        "(True where kept)")
+                continue
+            if got.dtype == np.bool_ and np.array_equal(got, want):
+                fb.ok(f"{label}: {int(want.sum())} of {want.size} kept, the same bits as "
+                      "dropout_keep")
+                continue
+            hint = next((h for h, wrong in _keep_variants(seed, offset, head, i0, i1, j0, j1,
+                                                          p).items()
+                         if wrong.shape == got.shape and np.array_equal(got, wrong)), None)
+            if hint is None:
+                differ = int(np.sum(got.astype(bool) != want))
+                hint = (f"{differ} of {want.size} bits differ from Philox4x32-10 at the "
+                        "counters (i, j, head, offset) keyed by the seed; keep where the first "
+                        "output word is >= floor(p * 2**32)")
+            fb.fail(f"{label}: {hint}")

@@ -174,3 +174,27 @@ def test_masked_backwards_on_rows_blind_in_one_tile(score, dtype):
             else:
                 assert_error_within(g, p, w, factor=3.0)
     assert all(np.isfinite(g).all() for g in lib)
+
+
+# ---- the backward with dropout, one tile (7.7) -------------------------------------------------
+
+DROPOUT_SOLUTION = book_solution("backward", "ex-backward-dropout-tile")["dropout_tile_backward"]
+
+
+def test_dropout_tile_backward_solution_not_attempted_and_crashing():
+    fb = bx.check_dropout_tile_backward(DROPOUT_SOLUTION)
+    assert fb.passed, text(fb)
+    assert bx.check_dropout_tile_backward(not_attempted).problems == [NOT_ATTEMPTED]
+    assert_fails_with(bx.check_dropout_tile_backward(crashing),
+                      "your function raised ValueError: oops")
+
+
+def test_dropout_tile_backward_refuses_the_library_backward():
+    from flashlib.algorithms import flash2_dropout_backward
+
+    def via_library(Q_i, K_j, V_j, dO_i, L_i, D_i, i, j, p_drop, seed):
+        flash2_dropout_backward(Q_i, K_j, V_j, Q_i[:, :1], L_i, dO_i, p_drop, seed, 1, 1)
+        return Q_i, K_j, V_j
+
+    assert_fails_with(bx.check_dropout_tile_backward(via_library), "refused",
+                      "flash2_dropout_backward")

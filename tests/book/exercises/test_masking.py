@@ -32,7 +32,7 @@ band_tile_class = learner_copy(band_tile_class)
 masked_flash_forward = learner_copy(masked_flash_forward)
 
 ALL = [mx.check_tile_class, mx.check_blind_rows, mx.check_guarded_forward,
-       mx.check_window_size]
+       mx.check_window_size, mx.check_tile_keep]
 
 
 @pytest.mark.parametrize("check", ALL)
@@ -134,3 +134,18 @@ def test_library_functions_are_refused():
         lambda i0, i1, j0, j1, lo, hi, start, stop: masks.band_tile_class(i0, i1, j0, j1, lo,
                                                                           hi, stop)),
         "refused", "your code calls flashlib's `band_tile_class`")
+
+
+# ---- a tile's dropout mask (6.5) ---------------------------------------------------------------
+
+KEEP_SOLUTION = book_solution("masking", "ex-masking-tile-keep")["tile_keep"]
+
+
+def test_tile_keep_solution_passes_and_the_library_is_refused():
+    from flashlib.core.philox import dropout_keep
+
+    assert mx.check_tile_keep(KEEP_SOLUTION).passed, text(mx.check_tile_keep(KEEP_SOLUTION))
+    assert_fails_with(mx.check_tile_keep(
+        lambda seed, offset, head, i0, i1, j0, j1, p: dropout_keep(
+            seed, head, np.arange(i0, i1)[:, None], np.arange(j0, j1), p, offset)),
+        "refused", "dropout_keep")

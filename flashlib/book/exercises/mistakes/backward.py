@@ -8,6 +8,7 @@ import numpy as np
 
 from flashlib.book.exercises.backward import (
     check_delta_with_dlse,
+    check_dropout_tile_backward,
     check_ds_tile,
     check_finite_differences,
     check_masked_backward,
@@ -15,6 +16,7 @@ from flashlib.book.exercises.backward import (
 )
 from flashlib.book.exercises.registry import Mistake, declare_mistakes
 from flashlib.core.constants import LN2, LOG2E
+from flashlib.core.philox import dropout_keep
 
 # ---- 7.1 D when L has a gradient -------------------------------------------------------------
 
@@ -290,4 +292,90 @@ declare_mistakes(
     Mistake("the mask ignored", (no_mask,), ("the mask is ignored",)),
     Mistake("one tile of N x N", (dense,), ("as much as an (N, N) matrix",)),
     Mistake("two gradients", (two_gradients,), ("return the tuple (dQ, dK, dV)",)),
+)
+
+
+# ---- 7.7 the backward with dropout, one tile ---------------------------------------------------
+
+def _dropout_step(Q_i, K_j, V_j, dO_i, L_i, D_i, i, j, p_drop, seed, *, scale_dv=True,
+                  scale_dp=True, rows=None, cols=None, drop_dv=True, drop_dp=True,
+                  drop_ds=False):
+    """The tile's shares with the choices a learner makes (the right ones by default)."""
+    tau = 1 / np.sqrt(Q_i.shape[1])
+    rows = np.arange(i, i + len(Q_i))[:, None] if rows is None else rows
+    cols = np.arange(j, j + len(K_j)) if cols is None else cols
+    Z_ij = dropout_keep(seed, 0, rows, cols, p_drop)
+    keep = 1 / (1 - p_drop)
+    P_ij = np.exp(tau * (Q_i @ K_j.T) - L_i[:, None])
+    dV_j = ((P_ij * Z_ij) if drop_dv else P_ij).T @ dO_i * (keep if scale_dv else 1)
+    dP_ij = dO_i @ V_j.T
+    if drop_dp:
+        dP_ij = dP_ij * Z_ij * (keep if scale_dp else 1)
+    P_ds = P_ij * Z_ij * keep if drop_ds else P_ij
+    dS_ij = P_ds * (dP_ij - D_i[:, None])
+    return tau * (dS_ij @ K_j), tau * (dS_ij.T @ Q_i), dV_j
+
+
+def no_keep_scale(*args):
+    return _dropout_step(*args, scale_dv=False, scale_dp=False)
+
+
+def keep_scale_on_dv_only(*args):
+    return _dropout_step(*args, scale_dp=False)
+
+
+def tile_offsets(Q_i, K_j, V_j, dO_i, L_i, D_i, i, j, p_drop, seed):
+    """The mask regenerated with the tile's own indices: not the forward's bits."""
+    return _dropout_step(Q_i, K_j, V_j, dO_i, L_i, D_i, i, j, p_drop, seed,
+                         rows=np.arange(len(Q_i))[:, None], cols=np.arange(len(K_j)))
+
+
+def rows_and_keys_swapped(Q_i, K_j, V_j, dO_i, L_i, D_i, i, j, p_drop, seed):
+    return _dropout_step(Q_i, K_j, V_j, dO_i, L_i, D_i, i, j, p_drop, seed,
+                         rows=np.arange(j, j + len(K_j))[None, :],
+                         cols=np.arange(i, i + len(Q_i))[:, None])
+
+
+def dropout_in_ds(*args):
+    return _dropout_step(*args, drop_ds=True)
+
+
+def dp_not_through_the_mask(*args):
+    return _dropout_step(*args, drop_dp=False)
+
+
+def dv_from_undropped_p(*args):
+    return _dropout_step(*args, drop_dv=False)
+
+
+def a_new_mask(Q_i, K_j, V_j, dO_i, L_i, D_i, i, j, p_drop, seed):
+    """A fresh stream mask: not the forward's bits."""
+    tau = 1 / np.sqrt(Q_i.shape[1])
+    Z_ij = np.random.default_rng(seed).random((len(Q_i), len(K_j))) >= p_drop
+    P_ij = np.exp(tau * (Q_i @ K_j.T) - L_i[:, None])
+    dV_j = (P_ij * Z_ij).T @ dO_i / (1 - p_drop)
+    dS_ij = P_ij * ((dO_i @ V_j.T) * Z_ij / (1 - p_drop) - D_i[:, None])
+    return tau * (dS_ij @ K_j), tau * (dS_ij.T @ Q_i), dV_j
+
+
+def two_shares(*args):
+    dQ_i, dK_j, _ = _dropout_step(*args)
+    return dQ_i, dK_j
+
+
+declare_mistakes(
+    check_dropout_tile_backward,
+    Mistake("no 1/(1 - p) scale", (no_keep_scale,), ("1/(1 - p) scale is missing",)),
+    Mistake("the scale on dV only", (keep_scale_on_dv_only,), ("that dV has",)),
+    Mistake("the tile's own indices as counters", (tile_offsets,),
+            ("the backward's bits differ from the forward's", "tile's own indices")),
+    Mistake("rows and keys swapped in the counter", (rows_and_keys_swapped,),
+            ("rows and keys are swapped",)),
+    Mistake("the dropped P in dS", (dropout_in_ds,), ("undropped P_ij",)),
+    Mistake("dP not through the mask", (dp_not_through_the_mask,),
+            ("must go through the mask",)),
+    Mistake("dV from the undropped P", (dv_from_undropped_p,),
+            ("dV_j takes the dropped probabilities",)),
+    Mistake("a new mask", (a_new_mask,), ("differ from the gradients with the mask",)),
+    Mistake("two shares", (two_shares,), ("return the tuple (dQ_i, dK_j, dV_j)",)),
 )

@@ -10,10 +10,12 @@ from flashlib.book.exercises.masking import (
     check_blind_rows,
     check_guarded_forward,
     check_tile_class,
+    check_tile_keep,
     check_window_size,
 )
 from flashlib.book.exercises.registry import Mistake, declare_mistakes, learner_copy
 from flashlib.core import masks
+from flashlib.core.philox import philox4x32
 from flashlib.studies.masking import stored_guard_forward
 
 # What a learner who copied the library's code has (the library's own functions are refused
@@ -196,4 +198,66 @@ declare_mistakes(
     Mistake("W both sides", (both_sides_w,), ("future keys", "inclusive")),
     Mistake("one key short", (one_short,), ("keys, not",)),
     Mistake("one number", (one_number,), ("pair",)),
+)
+
+
+# ---- 6.5 a tile's dropout mask -----------------------------------------------------------------
+
+def _keep(seed, head, rows, cols, p, offset, key=None):
+    """Philox's first word at the counters (rows, cols, head, offset) against p's threshold."""
+    key = (seed & 0xFFFFFFFF, seed >> 32) if key is None else key
+    word = philox4x32((rows, cols, head, offset), key)[0]
+    return word >= np.uint32(int(p * 2**32))
+
+
+def tile_local(seed, offset, head, i0, i1, j0, j1, p):
+    return _keep(seed, head, np.arange(i1 - i0)[:, None], np.arange(j1 - j0), p, offset)
+
+
+def rows_and_keys_swapped(seed, offset, head, i0, i1, j0, j1, p):
+    return _keep(seed, head, np.arange(j0, j1)[None, :], np.arange(i0, i1)[:, None], p,
+                 offset)
+
+
+def keeps_with_probability_p(seed, offset, head, i0, i1, j0, j1, p):
+    return ~_keep(seed, head, np.arange(i0, i1)[:, None], np.arange(j0, j1), p, offset)
+
+
+def low_word_key(seed, offset, head, i0, i1, j0, j1, p):
+    return _keep(seed, head, np.arange(i0, i1)[:, None], np.arange(j0, j1), p, offset,
+                 key=(seed & 0xFFFFFFFF, 0))
+
+
+def no_offset(seed, offset, head, i0, i1, j0, j1, p):
+    return _keep(seed, head, np.arange(i0, i1)[:, None], np.arange(j0, j1), p, 0)
+
+
+def no_head(seed, offset, head, i0, i1, j0, j1, p):
+    return _keep(seed, 0, np.arange(i0, i1)[:, None], np.arange(j0, j1), p, offset)
+
+
+def a_stream_generator(seed, offset, head, i0, i1, j0, j1, p):
+    return np.random.default_rng(seed).random((i1 - i0, j1 - j0)) >= p
+
+
+def as_integers(seed, offset, head, i0, i1, j0, j1, p):
+    keep = _keep(seed, head, np.arange(i0, i1)[:, None], np.arange(j0, j1), p, offset)
+    return keep.astype(np.uint8)
+
+
+def one_row(seed, offset, head, i0, i1, j0, j1, p):
+    return _keep(seed, head, i0, np.arange(j0, j1), p, offset)
+
+
+declare_mistakes(
+    check_tile_keep,
+    Mistake("tile-local counters", (tile_local,), ("tile's own indices",)),
+    Mistake("rows and keys swapped", (rows_and_keys_swapped,), ("swapped",)),
+    Mistake("keeps with probability p", (keeps_with_probability_p,), ("probability p",)),
+    Mistake("the seed's low word only", (low_word_key,), ("low 32 bits",)),
+    Mistake("no offset", (no_offset,), ("offset is missing",)),
+    Mistake("no head", (no_head,), ("head is missing",)),
+    Mistake("a stream generator", (a_stream_generator,), ("bits differ from Philox",)),
+    Mistake("integers, not booleans", (as_integers,), ("return booleans",)),
+    Mistake("one row only", (one_row,), ("shape",)),
 )
