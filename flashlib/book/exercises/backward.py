@@ -13,8 +13,12 @@ check_masked_backward    ``masked_flash2_backward(Q, K, V, O, L, dO, mask, B_r, 
                          dV)``: FlashAttention-2's tiled backward with a boolean mask, against
                          autograd (or the naive backward) on ragged shapes and rows that see no
                          key; each usual mistake named; no (N, N) array (memory probe)
+check_flash1_backward    ``flash1_backward(Q, K, V, O, l, m, dO, B_r, B_c) -> (dQ, dK, dV)``:
+                         FlashAttention-1's Algorithm 4 from m and l, dQ_i read and written at
+                         every step; each usual mistake named; the loop order from the row
+                         blocks it reads (key blocks outside)
 
-Over 500 lines (about 600): one checker per exercise, whose cases and diagnoses are code;
+Over 500 lines (about 760): one checker per exercise, whose cases and diagnoses are code;
 the mistakes each must catch are data, in mistakes/backward.py.
 """
 
@@ -35,6 +39,7 @@ from flashlib.book.exercises import (
     names,
     warned,
 )
+from flashlib.book.exercises.grader_adapter import is_remote
 from flashlib.book.exercises.memory import measure_peak
 from flashlib.core.constants import LN2, LOG2E
 from flashlib.core.masks import causal_bottom_right, dense_mask, key_padding
@@ -52,6 +57,8 @@ __all__ = [
     "check_finite_differences",
     "MASKED_PROBE",
     "check_masked_backward",
+    "FLASH1_CASES",
+    "check_flash1_backward",
 ]
 
 
@@ -605,3 +612,168 @@ def check_masked_backward(fb: Feedback, masked_flash2_backward: Callable[..., An
                     "B_r x B_c tile at a time")
         else:
             fb.ok(f"{label}: {peak / 2**20:.2f} MiB allocated, no (N, N) array")
+
+
+# --- FlashAttention-1's backward (Algorithm 4) -----------------------------------------------
+
+#: The problems of :func:`check_flash1_backward`: (label, n_q, n_k, d, d_v, B_r, B_c).
+FLASH1_CASES = [
+    ("13 queries, 17 keys, blocks 4 x 6 (the last ones partial)", 13, 17, 5, 3, 4, 6),
+    ("one query, blocks larger than the problem (1 x 5, blocks 2 x 8)", 1, 5, 4, 4, 2, 8),
+    ("24 queries, 16 keys, blocks 8 x 4, scores x 4", 24, 16, 6, 6, 8, 4),
+]
+
+
+def _flash1_problem(n_q: int, n_k: int, d: int, d_v: int, seed: int, logit: float = 1.0
+                    ) -> dict[str, np.ndarray]:
+    """Q, K, V, dO and what FlashAttention-1's forward leaves in HBM: O and the rows' maximum
+    m and sum l of exp(S - m) (float64)."""
+    rng = np.random.default_rng(seed)
+    Q, K = rng.standard_normal((n_q, d)) * logit, rng.standard_normal((n_k, d))
+    V, dO = rng.standard_normal((n_k, d_v)), rng.standard_normal((n_q, d_v))
+    S = Q @ K.T / np.sqrt(d)
+    m = S.max(axis=1)
+    E = np.exp(S - m[:, None])
+    l = E.sum(axis=1)  # noqa: E741
+    return {"Q": Q, "K": K, "V": V, "O": (E / l[:, None]) @ V, "l": l, "m": m, "dO": dO}
+
+
+def _flash1_model(Q: np.ndarray, K: np.ndarray, V: np.ndarray, O: np.ndarray,
+                  l: np.ndarray, m: np.ndarray, dO: np.ndarray, B_r: int, B_c: int,  # noqa: E741
+                  mistake: str | None = None) -> tuple[np.ndarray, ...]:
+    """Algorithm 4, right (``mistake=None``) or with one of the usual mistakes (see
+    :data:`_FLASH1_HINTS`), to recognise them."""
+    tau = 1 / np.sqrt(Q.shape[1])
+    dQ, dK, dV = np.zeros_like(Q), np.zeros_like(K), np.zeros_like(V)
+    for j in range(0, len(K), B_c):
+        K_j, V_j = K[j : j + B_c], V[j : j + B_c]
+        dK_j, dV_j = np.zeros_like(K_j), np.zeros_like(V_j)
+        for i in range(0, len(Q), B_r):
+            Q_i, O_i, dO_i = Q[i : i + B_r], O[i : i + B_r], dO[i : i + B_r]
+            l_i, m_i = l[i : i + B_r, None], m[i : i + B_r, None]
+            S_ij = tau * (Q_i @ K_j.T)
+            P_ij = {"no l": np.exp(S_ij - m_i), "l as a log": np.exp(S_ij - m_i - l_i),
+                    "times l": np.exp(S_ij - m_i) * l_i}.get(mistake or "",
+                                                             np.exp(S_ij - m_i) / l_i)
+            dV_j += P_ij.T @ dO_i
+            dP_ij = dO_i @ V_j.T
+            D_i = (np.sum(P_ij * dP_ij, axis=1) if mistake == "tile D"
+                   else np.sum(dO_i * O_i, axis=1))
+            dS_ij = P_ij * (dP_ij - D_i[:, None])
+            if mistake == "dQ overwritten":
+                dQ[i : i + B_r] = tau * (dS_ij @ K_j)
+            else:
+                dQ[i : i + B_r] = dQ[i : i + B_r] + tau * (dS_ij @ K_j)
+            dK_j += tau * (dS_ij.T @ Q_i)
+        dK[j : j + B_c], dV[j : j + B_c] = dK_j, dV_j
+    return dQ, dK, dV
+
+
+#: The usual mistakes of FlashAttention-1's backward and what :func:`check_flash1_backward`
+#: says.
+_FLASH1_HINTS = {
+    "dQ overwritten": "dQ holds only the last key block's share: dQ_i = tau sum_j dS_ij K_j, "
+    "so each step reads dQ_i from HBM, adds tau dS_ij K_j and writes it back "
+    "(dQ_i <- dQ_i + tau dS_ij K_j), starting from dQ = 0",
+    "no l": "P_ij is l_i times too large: exp(S_ij - m_i) is the unnormalised tile; "
+    "Algorithm 4 rescales it, P_ij = diag(l_i)^-1 exp(S_ij - m_i)",
+    "l as a log": "l_i is the rows' sum of exp(S - m_i), not its logarithm: "
+    "P_ij = exp(S_ij - m_i) / l_i (the logsumexp would be L_i = m_i + log l_i)",
+    "times l": "divide by l_i, do not multiply: P_ij = diag(l_i)^-1 exp(S_ij - m_i)",
+    "tile D": "D_i is the whole row's rowsum(dO_i * O_i) (Algorithm 4 reads O_i at every "
+    "step for it); rowsum(P_ij * dP_ij) over one tile covers only that tile's keys",
+}
+
+
+class _Watched(np.ndarray):
+    """An input whose row blocks the learner's loop reads are counted (``name``: the array's
+    name; slices and results of arithmetic carry no name and are not counted), to tell which
+    loop is outside: Algorithm 4 reads K and V once and Q, dO once per key block."""
+
+    reads: dict[str, int]
+    name: str | None = None
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self.name = None
+
+    def __getitem__(self, key: Any) -> Any:
+        out = super().__getitem__(key)
+        if self.name is not None and isinstance(out, np.ndarray):
+            rows = out.shape[0] if out.ndim == self.ndim else 1
+            self.reads[self.name] = self.reads.get(self.name, 0) + rows
+        return out
+
+
+def _watched(arrays: dict[str, np.ndarray], reads: dict[str, int]) -> dict[str, np.ndarray]:
+    out = {}
+    for name, x in arrays.items():
+        w = x.copy().view(_Watched)
+        w.name, w.reads = name, reads
+        out[name] = w
+    return out
+
+
+@checker("FlashAttention-1's backward (Algorithm 4)",
+         forbid=names("flashlib.algorithms.flash1_backward",
+                      "flashlib.algorithms.flash2_backward",
+                      "flashlib.algorithms.two_pass_backward",
+                      "flashlib.fast.backward.flash_attention_backward",
+                      "flashlib.fast.naive.naive_attention_backward"))
+def check_flash1_backward(fb: Feedback, flash1_backward: Callable[..., Any]) -> None:
+    """Check ``flash1_backward(Q, K, V, O, l, m, dO, B_r, B_c) -> (dQ, dK, dV)``:
+    FlashAttention-1's Algorithm 4 (no mask, no dropout) from the forward's m and l, against
+    the whole-matrix formulas on ragged blocks; then which loop is outside (key blocks, as
+    Algorithm 4), from the row blocks of Q and K the loop reads: in Jupyter only, since in
+    the grader the learner's function runs in another process."""
+    from flashlib.algorithms import standard_attention_backward
+
+    for k, (label, n_q, n_k, d, d_v, B_r, B_c) in enumerate(FLASH1_CASES):
+        p = _flash1_problem(n_q, n_k, d, d_v, seed=10 + k, logit=4.0 if k == 2 else 1.0)
+        want = standard_attention_backward(p["Q"], p["K"], p["V"], p["dO"])
+        with fb.case(label) as case:
+            got, _ = call_learner(flash1_backward, *(p[x].copy() for x in
+                                                     ("Q", "K", "V", "O", "l", "m", "dO")),
+                                  B_r, B_c)
+            if not (isinstance(got, tuple | list) and len(got) == 3):
+                raise LearnerError("return the tuple (dQ, dK, dV)")
+            got = tuple(_as_array(x, w.shape, name)
+                        for x, w, name in zip(got, want, ("dQ", "dK", "dV"), strict=True))
+            ok = _grads_close(got, want)
+            if all(ok):
+                continue
+            args = tuple(p[x] for x in ("Q", "K", "V", "O", "l", "m", "dO")) + (B_r, B_c)
+            hint = next((h for mistake, h in _FLASH1_HINTS.items()
+                         if all(_grads_close(got, _flash1_model(*args, mistake=mistake)))),
+                        None)
+            if hint is None:
+                wrong = [n for n, good in zip(("dQ", "dK", "dV"), ok, strict=True) if not good]
+                hint = (f"{' and '.join(wrong)} differ from the formulas: "
+                        + ("dV = sum_i P_ij^T dO_i is wrong, so P_ij is: "
+                           "P_ij = exp(S_ij - m_i) / l_i with S_ij = tau Q_i K_j^T"
+                           if not ok[2] else "dV is right, so P is: check "
+                           "dS_ij = P_ij * (dP_ij - D_i) and the dQ_i, dK_j updates"))
+            fb.fail(f"{label}: {hint}")
+            return
+        if case.failed:
+            return
+    fb.ok(f"dQ, dK, dV equal the whole-matrix formulas on {len(FLASH1_CASES)} problems, "
+          "from m and l")
+    if is_remote(flash1_backward):
+        return  # the loop's reads happen in the grader's process, out of sight
+    label, n_q, n_k, d, d_v, B_r, B_c = ("loop order (12 queries, 12 keys, blocks 4 x 4)",
+                                         12, 12, 4, 4, 4, 4)
+    reads: dict[str, int] = {}
+    p = _watched(_flash1_problem(n_q, n_k, d, d_v, seed=20), reads)
+    with fb.case(label):
+        call_learner(flash1_backward, *(p[x] for x in ("Q", "K", "V", "O", "l", "m", "dO")),
+                     B_r, B_c)
+        times = {x: reads.get(x, 0) / n for x, n in (("Q", n_q), ("K", n_k))}
+        if times["K"] > 1 and times["Q"] <= 1:
+            fb.fail(f"{label}: your loop reads K {times['K']:g} times and Q once: the query "
+                    "blocks are outside. Algorithm 4 puts the key blocks outside: each "
+                    "program loads K_j, V_j once and keeps dK_j, dV_j on chip while the "
+                    "query blocks stream by, so that dQ_i, not dK_j and dV_j, is read and "
+                    "written in HBM at every step")
+        elif times["K"] == 1 and times["Q"] == n_k / B_c:
+            fb.ok(f"{label}: K read once, Q {times['Q']:g} times (once per key block): "
+                  "key blocks outside, as Algorithm 4")

@@ -10,6 +10,7 @@ from flashlib.book.exercises.backward import (
     check_delta_with_dlse,
     check_ds_tile,
     check_finite_differences,
+    check_flash1_backward,
     check_masked_backward,
     check_p_from_base2,
 )
@@ -290,4 +291,84 @@ declare_mistakes(
     Mistake("the mask ignored", (no_mask,), ("the mask is ignored",)),
     Mistake("one tile of N x N", (dense,), ("as much as an (N, N) matrix",)),
     Mistake("two gradients", (two_gradients,), ("return the tuple (dQ, dK, dV)",)),
+)
+
+
+# ---- 7.6 FlashAttention-1's backward (Algorithm 4) -------------------------------------------
+
+def _flash1(Q, K, V, O, l, m, dO, B_r, B_c, mistake=None):
+    """A learner's Algorithm 4, written apart from the checker's own model of the mistakes:
+    right, or with one mistake."""
+    tau = 1 / np.sqrt(Q.shape[1])
+    dQ, dK, dV = np.zeros_like(Q), np.zeros_like(K), np.zeros_like(V)
+    for j in range(0, len(K), B_c):
+        K_j, V_j = K[j:j + B_c], V[j:j + B_c]
+        dK_j, dV_j = np.zeros_like(K_j), np.zeros_like(V_j)
+        for i in range(0, len(Q), B_r):
+            Q_i, O_i, dO_i, dQ_i = Q[i:i + B_r], O[i:i + B_r], dO[i:i + B_r], dQ[i:i + B_r]
+            S_ij = tau * (Q_i @ K_j.T)
+            if mistake == "P from lse, no l":  # the logsumexp's formula fed with m
+                P_ij = np.exp(S_ij - m[i:i + B_r, None])
+            elif mistake == "times l":
+                P_ij = np.exp(S_ij - m[i:i + B_r, None]) * l[i:i + B_r, None]
+            elif mistake == "l as a log":
+                P_ij = np.exp(S_ij - m[i:i + B_r, None] - l[i:i + B_r, None])
+            else:
+                P_ij = np.exp(S_ij - m[i:i + B_r, None]) / l[i:i + B_r, None]
+            dV_j += P_ij.T @ dO_i
+            dP_ij = dO_i @ V_j.T
+            if mistake == "tile D":
+                D_i = np.sum(P_ij * dP_ij, axis=1)
+            else:
+                D_i = np.sum(dO_i * O_i, axis=1)
+            dS_ij = P_ij * (dP_ij - D_i[:, None])
+            if mistake == "dQ overwritten":
+                dQ[i:i + B_r] = tau * (dS_ij @ K_j)
+            else:
+                dQ[i:i + B_r] = dQ_i + tau * (dS_ij @ K_j)
+            dK_j += tau * (dS_ij.T @ Q_i)
+        dK[j:j + B_c], dV[j:j + B_c] = dK_j, dV_j
+    return dQ, dK, dV
+
+
+def query_blocks_outside(Q, K, V, O, l, m, dO, B_r, B_c):
+    """The right numbers in FlashAttention-2's forward order: query blocks outside, so that
+    dK_j and dV_j (not dQ_i) are read and written in HBM at every step."""
+    tau = 1 / np.sqrt(Q.shape[1])
+    dQ, dK, dV = np.zeros_like(Q), np.zeros_like(K), np.zeros_like(V)
+    for i in range(0, len(Q), B_r):
+        Q_i, O_i, dO_i = Q[i:i + B_r], O[i:i + B_r], dO[i:i + B_r]
+        dQ_i = np.zeros_like(Q_i)
+        D_i = np.sum(dO_i * O_i, axis=1)
+        for j in range(0, len(K), B_c):
+            K_j, V_j = K[j:j + B_c], V[j:j + B_c]
+            P_ij = np.exp(tau * (Q_i @ K_j.T) - m[i:i + B_r, None]) / l[i:i + B_r, None]
+            dS_ij = P_ij * (dO_i @ V_j.T - D_i[:, None])
+            dV[j:j + B_c] = dV[j:j + B_c] + P_ij.T @ dO_i
+            dK[j:j + B_c] = dK[j:j + B_c] + tau * (dS_ij.T @ Q_i)
+            dQ_i += tau * (dS_ij @ K_j)
+        dQ[i:i + B_r] = dQ_i
+    return dQ, dK, dV
+
+
+def flash1_two_gradients(*args):
+    return _flash1(*args)[:2]
+
+
+declare_mistakes(
+    check_flash1_backward,
+    Mistake("dQ overwritten", (functools.partial(_flash1, mistake="dQ overwritten"),),
+            ("dQ holds only the last key block's share", "dQ_i <- dQ_i + tau dS_ij K_j")),
+    Mistake("P from the logsumexp's formula, without l",
+            (functools.partial(_flash1, mistake="P from lse, no l"),),
+            ("l_i times too large", "diag(l_i)^-1 exp(S_ij - m_i)")),
+    Mistake("l taken for a logarithm", (functools.partial(_flash1, mistake="l as a log"),),
+            ("not its logarithm",)),
+    Mistake("D over one tile", (functools.partial(_flash1, mistake="tile D"),),
+            ("covers only that tile's keys",)),
+    Mistake("query blocks outside", (query_blocks_outside,),
+            ("the query blocks are outside", "dQ_i, not dK_j and dV_j")),
+    Mistake("times l", (functools.partial(_flash1, mistake="times l"),),
+            ("divide by l_i, do not multiply",)),
+    Mistake("two gradients", (flash1_two_gradients,), ("return the tuple (dQ, dK, dV)",)),
 )
