@@ -13,8 +13,9 @@ check_masked_backward    ``masked_flash2_backward(Q, K, V, O, L, dO, mask, B_r, 
                          dV)``: FlashAttention-2's tiled backward with a boolean mask, against
                          autograd (or the naive backward) on ragged shapes and rows that see no
                          key; each usual mistake named; no (N, N) array (memory probe)
-check_flash1_backward    ``flash1_backward(Q, K, V, O, l, m, dO, B_r, B_c) -> (dQ, dK, dV)``:
-                         FlashAttention-1's Algorithm 4 from m and l, dQ_i read and written at
+check_flash1_backward    ``flash1_backward(Q, K, V, O, l, m, dO, mask, B_r, B_c) -> (dQ, dK,
+                         dV)``: FlashAttention-1's Algorithm 4 with a boolean mask, from m and
+                         l (rows that see no key: m = -inf, l = 0), dQ_i read and written at
                          every step; each usual mistake named; the loop order from the row
                          blocks it reads (key blocks outside)
 
@@ -57,7 +58,6 @@ __all__ = [
     "check_finite_differences",
     "MASKED_PROBE",
     "check_masked_backward",
-    "FLASH1_CASES",
     "check_flash1_backward",
 ]
 
@@ -614,44 +614,41 @@ def check_masked_backward(fb: Feedback, masked_flash2_backward: Callable[..., An
             fb.ok(f"{label}: {peak / 2**20:.2f} MiB allocated, no (N, N) array")
 
 
-# --- FlashAttention-1's backward (Algorithm 4) -----------------------------------------------
-
-#: The problems of :func:`check_flash1_backward`: (label, n_q, n_k, d, d_v, B_r, B_c).
-FLASH1_CASES = [
-    ("13 queries, 17 keys, blocks 4 x 6 (the last ones partial)", 13, 17, 5, 3, 4, 6),
-    ("one query, blocks larger than the problem (1 x 5, blocks 2 x 8)", 1, 5, 4, 4, 2, 8),
-    ("24 queries, 16 keys, blocks 8 x 4, scores x 4", 24, 16, 6, 6, 8, 4),
-]
+# --- FlashAttention-1's backward (Algorithm 4) with a mask --------------------------------
 
 
-def _flash1_problem(n_q: int, n_k: int, d: int, d_v: int, seed: int, logit: float = 1.0
-                    ) -> dict[str, np.ndarray]:
-    """Q, K, V, dO and what FlashAttention-1's forward leaves in HBM: O and the rows' maximum
-    m and sum l of exp(S - m) (float64)."""
-    rng = np.random.default_rng(seed)
-    Q, K = rng.standard_normal((n_q, d)) * logit, rng.standard_normal((n_k, d))
-    V, dO = rng.standard_normal((n_k, d_v)), rng.standard_normal((n_q, d_v))
-    S = Q @ K.T / np.sqrt(d)
+def _flash1_state(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What FlashAttention-1's masked forward leaves in HBM: O, and for each row the maximum
+    m of its visible scores and the sum l of exp(S - m) over them; a row that sees no key has
+    m = -inf, l = 0 and O = 0 (float64)."""
+    S = np.where(mask, Q @ K.T / np.sqrt(Q.shape[1]), -np.inf)
     m = S.max(axis=1)
-    E = np.exp(S - m[:, None])
+    seen = ~np.isneginf(m)
+    E = np.exp(S - np.where(seen, m, 0.0)[:, None])
     l = E.sum(axis=1)  # noqa: E741
-    return {"Q": Q, "K": K, "V": V, "O": (E / l[:, None]) @ V, "l": l, "m": m, "dO": dO}
+    O = (E / np.where(seen, l, 1.0)[:, None]) @ V  # noqa: E741
+    return O, l, m
 
 
-def _flash1_model(Q: np.ndarray, K: np.ndarray, V: np.ndarray, O: np.ndarray,
-                  l: np.ndarray, m: np.ndarray, dO: np.ndarray, B_r: int, B_c: int,  # noqa: E741
-                  mistake: str | None = None) -> tuple[np.ndarray, ...]:
-    """Algorithm 4, right (``mistake=None``) or with one of the usual mistakes (see
-    :data:`_FLASH1_HINTS`), to recognise them."""
+def _flash1_model(Q: np.ndarray, K: np.ndarray, V: np.ndarray, O: np.ndarray,  # noqa: E741
+                  l: np.ndarray, m: np.ndarray, dO: np.ndarray, mask: np.ndarray,  # noqa: E741
+                  B_r: int, B_c: int, mistake: str | None = None) -> tuple[np.ndarray, ...]:
+    """Algorithm 4 with a mask, right (``mistake=None``) or with one of the usual mistakes
+    (see :data:`_FLASH1_HINTS`), to recognise them."""
     tau = 1 / np.sqrt(Q.shape[1])
+    blind = np.isneginf(m)
+    m_safe, l_safe = np.where(blind, 0.0, m), np.where(blind, 1.0, l)
     dQ, dK, dV = np.zeros_like(Q), np.zeros_like(K), np.zeros_like(V)
     for j in range(0, len(K), B_c):
         K_j, V_j = K[j : j + B_c], V[j : j + B_c]
         dK_j, dV_j = np.zeros_like(K_j), np.zeros_like(V_j)
         for i in range(0, len(Q), B_r):
             Q_i, O_i, dO_i = Q[i : i + B_r], O[i : i + B_r], dO[i : i + B_r]
-            l_i, m_i = l[i : i + B_r, None], m[i : i + B_r, None]
+            l_i, m_i = l_safe[i : i + B_r, None], m_safe[i : i + B_r, None]
             S_ij = tau * (Q_i @ K_j.T)
+            if mistake != "mask ignored":
+                S_ij = np.where(mask[i : i + B_r, j : j + B_c], S_ij, -np.inf)
             P_ij = {"no l": np.exp(S_ij - m_i), "l as a log": np.exp(S_ij - m_i - l_i),
                     "times l": np.exp(S_ij - m_i) * l_i}.get(mistake or "",
                                                              np.exp(S_ij - m_i) / l_i)
@@ -682,7 +679,14 @@ _FLASH1_HINTS = {
     "times l": "divide by l_i, do not multiply: P_ij = diag(l_i)^-1 exp(S_ij - m_i)",
     "tile D": "D_i is the whole row's rowsum(dO_i * O_i) (Algorithm 4 reads O_i at every "
     "step for it); rowsum(P_ij * dP_ij) over one tile covers only that tile's keys",
+    "mask ignored": "the mask is ignored in the backward: hidden entries have P_ij = 0; set "
+    "S_ij = -inf there before the exponential, as the forward did",
 }
+
+_FLASH1_NAN_HINT = ("NaN in dQ, dK or dV: a row that sees no key has m_i = -inf and l_i = 0, "
+                    "so exp(S_ij - m_i) / l_i is exp(-inf - (-inf)) / 0 there; guard both, "
+                    "m_i -> 0 and l_i -> 1 on such rows (every score of the row is -inf, so "
+                    "P = 0)")
 
 
 class _Watched(np.ndarray):
@@ -713,67 +717,84 @@ def _watched(arrays: dict[str, np.ndarray], reads: dict[str, int]) -> dict[str, 
     return out
 
 
-@checker("FlashAttention-1's backward (Algorithm 4)",
+_FLASH1_ARGS = ("Q", "K", "V", "O", "l", "m", "dO", "mask")
+
+
+@checker("FlashAttention-1's backward (Algorithm 4) with a mask",
          forbid=names("flashlib.algorithms.flash1_backward",
                       "flashlib.algorithms.flash2_backward",
                       "flashlib.algorithms.two_pass_backward",
                       "flashlib.fast.backward.flash_attention_backward",
                       "flashlib.fast.naive.naive_attention_backward"))
 def check_flash1_backward(fb: Feedback, flash1_backward: Callable[..., Any]) -> None:
-    """Check ``flash1_backward(Q, K, V, O, l, m, dO, B_r, B_c) -> (dQ, dK, dV)``:
-    FlashAttention-1's Algorithm 4 (no mask, no dropout) from the forward's m and l, against
-    the whole-matrix formulas on ragged blocks; then which loop is outside (key blocks, as
-    Algorithm 4), from the row blocks of Q and K the loop reads: in Jupyter only, since in
-    the grader the learner's function runs in another process."""
-    from flashlib.algorithms import standard_attention_backward
-
-    for k, (label, n_q, n_k, d, d_v, B_r, B_c) in enumerate(FLASH1_CASES):
-        p = _flash1_problem(n_q, n_k, d, d_v, seed=10 + k, logit=4.0 if k == 2 else 1.0)
-        want = standard_attention_backward(p["Q"], p["K"], p["V"], p["dO"])
+    """Check ``flash1_backward(Q, K, V, O, l, m, dO, mask, B_r, B_c) -> (dQ, dK, dV)``:
+    FlashAttention-1's Algorithm 4 (no dropout) with a boolean mask (N_q, N_k), from the
+    masked forward's O, m and l (m = -inf, l = 0 on rows that see no key), against autograd
+    (or, without torch, the naive backward) on the problems of
+    :func:`check_masked_backward`; no numpy warning; then which loop is outside (key blocks,
+    as Algorithm 4), from the row blocks of Q and K the loop reads: in Jupyter only, since
+    in the grader the learner's function runs in another process."""
+    source = ""
+    for label, (Q, K, V, dO), mask, B_r, B_c in _masked_cases():
+        O, l, m = _flash1_state(Q, K, V, mask)  # noqa: E741
+        p = dict(zip(_FLASH1_ARGS, (Q, K, V, O, l, m, dO, mask), strict=True))
+        want, source = _masked_reference(Q, K, V, dO, mask)
         with fb.case(label) as case:
-            got, _ = call_learner(flash1_backward, *(p[x].copy() for x in
-                                                     ("Q", "K", "V", "O", "l", "m", "dO")),
-                                  B_r, B_c)
+            got, warns = call_learner(flash1_backward, *(p[x].copy() for x in _FLASH1_ARGS),
+                                      B_r, B_c)
             if not (isinstance(got, tuple | list) and len(got) == 3):
                 raise LearnerError("return the tuple (dQ, dK, dV)")
             got = tuple(_as_array(x, w.shape, name)
                         for x, w, name in zip(got, want, ("dQ", "dK", "dV"), strict=True))
             ok = _grads_close(got, want)
             if all(ok):
+                if warns:
+                    fb.fail(f"{label}: right answer, but {warned(warns[0])}: the guard "
+                            "must avoid computing -inf - (-inf) and 0 / 0, not hide their "
+                            "NaN")
+                    return
                 continue
-            args = tuple(p[x] for x in ("Q", "K", "V", "O", "l", "m", "dO")) + (B_r, B_c)
+            if not all(np.isfinite(x).all() for x in got):
+                blind = not mask.any(axis=1).all()
+                fb.fail(f"{label}: " + (_FLASH1_NAN_HINT if blind else
+                                        "NaN or inf in dQ, dK or dV: P_ij = exp(S_ij - m_i) "
+                                        "/ l_i is at most 1 on a row that sees keys"))
+                return
+            args = tuple(p[x] for x in _FLASH1_ARGS) + (B_r, B_c)
             hint = next((h for mistake, h in _FLASH1_HINTS.items()
                          if all(_grads_close(got, _flash1_model(*args, mistake=mistake)))),
                         None)
             if hint is None:
                 wrong = [n for n, good in zip(("dQ", "dK", "dV"), ok, strict=True) if not good]
-                hint = (f"{' and '.join(wrong)} differ from the formulas: "
+                hint = (f"{' and '.join(wrong)} differ from {source}: "
                         + ("dV = sum_i P_ij^T dO_i is wrong, so P_ij is: "
-                           "P_ij = exp(S_ij - m_i) / l_i with S_ij = tau Q_i K_j^T"
+                           "P_ij = exp(S_ij - m_i) / l_i with S_ij = tau Q_i K_j^T, masked"
                            if not ok[2] else "dV is right, so P is: check "
                            "dS_ij = P_ij * (dP_ij - D_i) and the dQ_i, dK_j updates"))
             fb.fail(f"{label}: {hint}")
             return
         if case.failed:
             return
-    fb.ok(f"dQ, dK, dV equal the whole-matrix formulas on {len(FLASH1_CASES)} problems, "
-          "from m and l")
+    fb.ok(f"dQ, dK, dV equal {source} on {len(_masked_cases())} problems, from m and l: "
+          "ragged blocks, padding, rows that see no key, scores near -800")
     if is_remote(flash1_backward):
         return  # the loop's reads happen in the grader's process, out of sight
-    label, n_q, n_k, d, d_v, B_r, B_c = ("loop order (12 queries, 12 keys, blocks 4 x 4)",
-                                         12, 12, 4, 4, 4, 4)
+    label, n, B = "loop order (12 queries, 12 keys, blocks 4 x 4, no key hidden)", 12, 4
+    rng = np.random.default_rng(20)
+    Q, K, V, dO = (rng.standard_normal((n, 4)) for _ in range(4))
+    mask = np.ones((n, n), dtype=bool)
     reads: dict[str, int] = {}
-    p = _watched(_flash1_problem(n_q, n_k, d, d_v, seed=20), reads)
+    p = _watched(dict(zip(_FLASH1_ARGS, (Q, K, V, *_flash1_state(Q, K, V, mask), dO, mask),
+                          strict=True)), reads)
     with fb.case(label):
-        call_learner(flash1_backward, *(p[x] for x in ("Q", "K", "V", "O", "l", "m", "dO")),
-                     B_r, B_c)
-        times = {x: reads.get(x, 0) / n for x, n in (("Q", n_q), ("K", n_k))}
+        call_learner(flash1_backward, *(p[x] for x in _FLASH1_ARGS), B, B)
+        times = {x: reads.get(x, 0) / n for x in ("Q", "K")}
         if times["K"] > 1 and times["Q"] <= 1:
             fb.fail(f"{label}: your loop reads K {times['K']:g} times and Q once: the query "
                     "blocks are outside. Algorithm 4 puts the key blocks outside: each "
                     "program loads K_j, V_j once and keeps dK_j, dV_j on chip while the "
                     "query blocks stream by, so that dQ_i, not dK_j and dV_j, is read and "
                     "written in HBM at every step")
-        elif times["K"] == 1 and times["Q"] == n_k / B_c:
-            fb.ok(f"{label}: K read once, Q {times['Q']:g} times (once per key block): "
-                  "key blocks outside, as Algorithm 4")
+        elif times["K"] == 1 and times["Q"] > 1:
+            fb.ok(f"{label}: K read once, Q once per key block: key blocks outside, as "
+                  "Algorithm 4")
