@@ -227,8 +227,10 @@ MEETINGS = [
           "check gradients by finite differences", ["7.1", "7.2", "7.3", "7.4"]),
          ("write FlashAttention-2's tiled backward with a mask, rows that see no key "
           "included, against autograd", ["7.5"]),
+         ("write FlashAttention-1's backward (Algorithm 4) from m and l, with dQ_i read and "
+          "written at every step, and say what FlashAttention-2 changed", ["7.6"]),
          ("write a backward tile with dropout: the mask regenerated from the forward's "
-          "counters, dV and dP through it, dS from the undropped P", ["7.6"]),
+          "counters, dV and dP through it, dS from the undropped P", ["7.7"]),
          ("simulate rounding to p significant bits and a bfloat16 sum, and decide which "
           "quantities must stay float32", ["8.1", "8.2", "8.3"]),
          ("state flash-attn's 2x rule, with FlashAttention-3's allowance, as a test, and "

@@ -601,7 +601,8 @@ def backward_traffic_table(n_q: int = 256, n_k: int = 256, d: int = 64, *, B_r: 
     ``schedule`` ("flash1_backward": Algorithm 4; "flash2_backward"; "two_pass_backward"),
     ``reads``, ``writes``, ``total`` (elements, counted), ``formula_total`` (derived:
     :func:`flash1_backward_traffic`, :func:`flashlib.studies.io_model.traffic`), ``dq``
-    (elements of dQ read plus written) and ``dq_extra`` (that minus the n_q d of writing dQ
+    (elements of dQ read plus written), ``array_reads`` and ``array_writes`` (elements per
+    array, counted) and ``dq_extra`` (that minus the n_q d of writing dQ
     once, which is what the two-pass schedule does: 2 T_c n_q d for the single-kernel
     schedules, T_c = ceil(n_k / B_c)).  FlashAttention-2 keeps dQ's read-modify-write (atomic
     adds on a GPU) and changes the rest: it saves L instead of m and l, and computes
@@ -627,5 +628,6 @@ def backward_traffic_table(n_q: int = 256, n_k: int = 256, d: int = 64, *, B_r: 
         dq = counted.reads.get("dQ", 0) + counted.writes.get("dQ", 0)
         rows.append({"schedule": name, "reads": counted.total_reads,
                      "writes": counted.total_writes, "total": counted.total,
-                     "formula_total": formula.total, "dq": dq, "dq_extra": dq - n_q * d})
+                     "formula_total": formula.total, "dq": dq, "dq_extra": dq - n_q * d,
+                     "array_reads": dict(counted.reads), "array_writes": dict(counted.writes)})
     return rows

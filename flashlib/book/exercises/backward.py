@@ -13,12 +13,17 @@ check_masked_backward    ``masked_flash2_backward(Q, K, V, O, L, dO, mask, B_r, 
                          dV)``: FlashAttention-2's tiled backward with a boolean mask, against
                          autograd (or the naive backward) on ragged shapes and rows that see no
                          key; each usual mistake named; no (N, N) array (memory probe)
+check_flash1_backward    ``flash1_backward(Q, K, V, O, l, m, dO, mask, B_r, B_c) -> (dQ, dK,
+                         dV)``: FlashAttention-1's Algorithm 4 with a boolean mask, from m and
+                         l (rows that see no key: m = -inf, l = 0), dQ_i read and written at
+                         every step; each usual mistake named; the loop order from the row
+                         blocks it reads (key blocks outside)
 check_dropout_tile_backward ``dropout_tile_backward(Q_i, K_j, V_j, dO_i, L_i, D_i, i, j,
                          p_drop, seed) -> (dQ_i, dK_j, dV_j)``: one tile's share of the
                          backward with dropout, its mask regenerated from Philox; summed over
                          every tile, against the materialised mask's gradients
 
-Over 500 lines (about 600): one checker per exercise, whose cases and diagnoses are code;
+Over 500 lines (about 760): one checker per exercise, whose cases and diagnoses are code;
 the mistakes each must catch are data, in mistakes/backward.py.
 """
 
@@ -39,6 +44,7 @@ from flashlib.book.exercises import (
     names,
     warned,
 )
+from flashlib.book.exercises.grader_adapter import is_remote
 from flashlib.book.exercises.memory import measure_peak
 from flashlib.core.constants import LN2, LOG2E
 from flashlib.core.masks import causal_bottom_right, dense_mask, key_padding
@@ -57,6 +63,7 @@ __all__ = [
     "check_finite_differences",
     "MASKED_PROBE",
     "check_masked_backward",
+    "check_flash1_backward",
     "DROPOUT_CASES",
     "check_dropout_tile_backward",
 ]
@@ -614,6 +621,190 @@ def check_masked_backward(fb: Feedback, masked_flash2_backward: Callable[..., An
             fb.ok(f"{label}: {peak / 2**20:.2f} MiB allocated, no (N, N) array")
 
 
+# --- FlashAttention-1's backward (Algorithm 4) with a mask --------------------------------
+
+
+def _flash1_state(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What FlashAttention-1's masked forward leaves in HBM: O, and for each row the maximum
+    m of its visible scores and the sum l of exp(S - m) over them; a row that sees no key has
+    m = -inf, l = 0 and O = 0 (float64)."""
+    S = np.where(mask, Q @ K.T / np.sqrt(Q.shape[1]), -np.inf)
+    m = S.max(axis=1)
+    seen = ~np.isneginf(m)
+    E = np.exp(S - np.where(seen, m, 0.0)[:, None])
+    l = E.sum(axis=1)  # noqa: E741
+    O = (E / np.where(seen, l, 1.0)[:, None]) @ V  # noqa: E741
+    return O, l, m
+
+
+def _flash1_model(Q: np.ndarray, K: np.ndarray, V: np.ndarray, O: np.ndarray,  # noqa: E741
+                  l: np.ndarray, m: np.ndarray, dO: np.ndarray, mask: np.ndarray,  # noqa: E741
+                  B_r: int, B_c: int, mistake: str | None = None) -> tuple[np.ndarray, ...]:
+    """Algorithm 4 with a mask, right (``mistake=None``) or with one of the usual mistakes
+    (see :data:`_FLASH1_HINTS`), to recognise them."""
+    tau = 1 / np.sqrt(Q.shape[1])
+    blind = np.isneginf(m)
+    m_safe, l_safe = np.where(blind, 0.0, m), np.where(blind, 1.0, l)
+    dQ, dK, dV = np.zeros_like(Q), np.zeros_like(K), np.zeros_like(V)
+    for j in range(0, len(K), B_c):
+        K_j, V_j = K[j : j + B_c], V[j : j + B_c]
+        dK_j, dV_j = np.zeros_like(K_j), np.zeros_like(V_j)
+        for i in range(0, len(Q), B_r):
+            Q_i, O_i, dO_i = Q[i : i + B_r], O[i : i + B_r], dO[i : i + B_r]
+            l_i, m_i = l_safe[i : i + B_r, None], m_safe[i : i + B_r, None]
+            S_ij = tau * (Q_i @ K_j.T)
+            if mistake != "mask ignored":
+                S_ij = np.where(mask[i : i + B_r, j : j + B_c], S_ij, -np.inf)
+            P_ij = {"no l": np.exp(S_ij - m_i), "l as a log": np.exp(S_ij - m_i - l_i),
+                    "times l": np.exp(S_ij - m_i) * l_i}.get(mistake or "",
+                                                             np.exp(S_ij - m_i) / l_i)
+            dV_j += P_ij.T @ dO_i
+            dP_ij = dO_i @ V_j.T
+            D_i = (np.sum(P_ij * dP_ij, axis=1) if mistake == "tile D"
+                   else np.sum(dO_i * O_i, axis=1))
+            dS_ij = P_ij * (dP_ij - D_i[:, None])
+            if mistake == "dQ overwritten":
+                dQ[i : i + B_r] = tau * (dS_ij @ K_j)
+            else:
+                dQ[i : i + B_r] = dQ[i : i + B_r] + tau * (dS_ij @ K_j)
+            dK_j += tau * (dS_ij.T @ Q_i)
+        dK[j : j + B_c], dV[j : j + B_c] = dK_j, dV_j
+    return dQ, dK, dV
+
+
+#: The usual mistakes of FlashAttention-1's backward and what :func:`check_flash1_backward`
+#: says.
+_FLASH1_HINTS = {
+    "dQ overwritten": "dQ holds only the last key block's share: dQ_i = tau sum_j dS_ij K_j, "
+    "so each step reads dQ_i from HBM, adds tau dS_ij K_j and writes it back "
+    "(dQ_i <- dQ_i + tau dS_ij K_j), starting from dQ = 0",
+    "no l": "P_ij is l_i times too large: exp(S_ij - m_i) is the unnormalised tile; "
+    "Algorithm 4 rescales it, P_ij = diag(l_i)^-1 exp(S_ij - m_i)",
+    "l as a log": "l_i is the rows' sum of exp(S - m_i), not its logarithm: "
+    "P_ij = exp(S_ij - m_i) / l_i (the logsumexp would be L_i = m_i + log l_i)",
+    "times l": "divide by l_i, do not multiply: P_ij = diag(l_i)^-1 exp(S_ij - m_i)",
+    "tile D": "D_i is the whole row's rowsum(dO_i * O_i) (Algorithm 4 reads O_i at every "
+    "step for it); rowsum(P_ij * dP_ij) over one tile covers only that tile's keys",
+    "mask ignored": "the mask is ignored in the backward: hidden entries have P_ij = 0; set "
+    "S_ij = -inf there before the exponential, as the forward did",
+}
+
+_FLASH1_NAN_HINT = ("NaN in dQ, dK or dV: a row that sees no key has m_i = -inf and l_i = 0, "
+                    "so exp(S_ij - m_i) / l_i is exp(-inf - (-inf)) / 0 there; guard both, "
+                    "m_i -> 0 and l_i -> 1 on such rows (every score of the row is -inf, so "
+                    "P = 0)")
+
+
+class _Watched(np.ndarray):
+    """An input whose row blocks the learner's loop reads are counted (``name``: the array's
+    name; slices and results of arithmetic carry no name and are not counted), to tell which
+    loop is outside: Algorithm 4 reads K and V once and Q, dO once per key block."""
+
+    reads: dict[str, int]
+    name: str | None = None
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self.name = None
+
+    def __getitem__(self, key: Any) -> Any:
+        out = super().__getitem__(key)
+        if self.name is not None and isinstance(out, np.ndarray):
+            rows = out.shape[0] if out.ndim == self.ndim else 1
+            self.reads[self.name] = self.reads.get(self.name, 0) + rows
+        return out
+
+
+def _watched(arrays: dict[str, np.ndarray], reads: dict[str, int]) -> dict[str, np.ndarray]:
+    out = {}
+    for name, x in arrays.items():
+        w = x.copy().view(_Watched)
+        w.name, w.reads = name, reads
+        out[name] = w
+    return out
+
+
+_FLASH1_ARGS = ("Q", "K", "V", "O", "l", "m", "dO", "mask")
+
+
+@checker("FlashAttention-1's backward (Algorithm 4) with a mask",
+         forbid=names("flashlib.algorithms.flash1_backward",
+                      "flashlib.algorithms.flash2_backward",
+                      "flashlib.algorithms.two_pass_backward",
+                      "flashlib.fast.backward.flash_attention_backward",
+                      "flashlib.fast.naive.naive_attention_backward"))
+def check_flash1_backward(fb: Feedback, flash1_backward: Callable[..., Any]) -> None:
+    """Check ``flash1_backward(Q, K, V, O, l, m, dO, mask, B_r, B_c) -> (dQ, dK, dV)``:
+    FlashAttention-1's Algorithm 4 (no dropout) with a boolean mask (N_q, N_k), from the
+    masked forward's O, m and l (m = -inf, l = 0 on rows that see no key), against autograd
+    (or, without torch, the naive backward) on the problems of
+    :func:`check_masked_backward`; no numpy warning; then which loop is outside (key blocks,
+    as Algorithm 4), from the row blocks of Q and K the loop reads: in Jupyter only, since
+    in the grader the learner's function runs in another process."""
+    source = ""
+    for label, (Q, K, V, dO), mask, B_r, B_c in _masked_cases():
+        O, l, m = _flash1_state(Q, K, V, mask)  # noqa: E741
+        p = dict(zip(_FLASH1_ARGS, (Q, K, V, O, l, m, dO, mask), strict=True))
+        want, source = _masked_reference(Q, K, V, dO, mask)
+        with fb.case(label) as case:
+            got, warns = call_learner(flash1_backward, *(p[x].copy() for x in _FLASH1_ARGS),
+                                      B_r, B_c)
+            if not (isinstance(got, tuple | list) and len(got) == 3):
+                raise LearnerError("return the tuple (dQ, dK, dV)")
+            got = tuple(_as_array(x, w.shape, name)
+                        for x, w, name in zip(got, want, ("dQ", "dK", "dV"), strict=True))
+            ok = _grads_close(got, want)
+            if all(ok):
+                if warns:
+                    fb.fail(f"{label}: right answer, but {warned(warns[0])}: the guard "
+                            "must avoid computing -inf - (-inf) and 0 / 0, not hide their "
+                            "NaN")
+                    return
+                continue
+            if not all(np.isfinite(x).all() for x in got):
+                blind = not mask.any(axis=1).all()
+                fb.fail(f"{label}: " + (_FLASH1_NAN_HINT if blind else
+                                        "NaN or inf in dQ, dK or dV: P_ij = exp(S_ij - m_i) "
+                                        "/ l_i is at most 1 on a row that sees keys"))
+                return
+            args = tuple(p[x] for x in _FLASH1_ARGS) + (B_r, B_c)
+            hint = next((h for mistake, h in _FLASH1_HINTS.items()
+                         if all(_grads_close(got, _flash1_model(*args, mistake=mistake)))),
+                        None)
+            if hint is None:
+                wrong = [n for n, good in zip(("dQ", "dK", "dV"), ok, strict=True) if not good]
+                hint = (f"{' and '.join(wrong)} differ from {source}: "
+                        + ("dV = sum_i P_ij^T dO_i is wrong, so P_ij is: "
+                           "P_ij = exp(S_ij - m_i) / l_i with S_ij = tau Q_i K_j^T, masked"
+                           if not ok[2] else "dV is right, so P is: check "
+                           "dS_ij = P_ij * (dP_ij - D_i) and the dQ_i, dK_j updates"))
+            fb.fail(f"{label}: {hint}")
+            return
+        if case.failed:
+            return
+    fb.ok(f"dQ, dK, dV equal {source} on {len(_masked_cases())} problems, from m and l: "
+          "ragged blocks, padding, rows that see no key, scores near -800")
+    if is_remote(flash1_backward):
+        return  # the loop's reads happen in the grader's process, out of sight
+    label, n, B = "loop order (12 queries, 12 keys, blocks 4 x 4, no key hidden)", 12, 4
+    rng = np.random.default_rng(20)
+    Q, K, V, dO = (rng.standard_normal((n, 4)) for _ in range(4))
+    mask = np.ones((n, n), dtype=bool)
+    reads: dict[str, int] = {}
+    p = _watched(dict(zip(_FLASH1_ARGS, (Q, K, V, *_flash1_state(Q, K, V, mask), dO, mask),
+                          strict=True)), reads)
+    with fb.case(label):
+        call_learner(flash1_backward, *(p[x] for x in _FLASH1_ARGS), B, B)
+        times = {x: reads.get(x, 0) / n for x in ("Q", "K")}
+        if times["K"] > 1 and times["Q"] <= 1:
+            fb.fail(f"{label}: your loop reads K {times['K']:g} times and Q once: the query "
+                    "blocks are outside. Algorithm 4 puts the key blocks outside: each "
+                    "program loads K_j, V_j once and keeps dK_j, dV_j on chip while the "
+                    "query blocks stream by, so that dQ_i, not dK_j and dV_j, is read and "
+                    "written in HBM at every step")
+        elif times["K"] == 1 and times["Q"] > 1:
+            fb.ok(f"{label}: K read once, Q once per key block: key blocks outside, as "
+                  "Algorithm 4")
 # --- 7.7 the backward with dropout, one tile ---------------------------------------------------
 
 #: (label, N_q, N_k, d, d_v, B_r, B_c, p_drop, seed) of :func:`check_dropout_tile_backward`.

@@ -11,6 +11,7 @@ from flashlib.book.exercises.backward import (
     check_dropout_tile_backward,
     check_ds_tile,
     check_finite_differences,
+    check_flash1_backward,
     check_masked_backward,
     check_p_from_base2,
 )
@@ -292,6 +293,97 @@ declare_mistakes(
     Mistake("the mask ignored", (no_mask,), ("the mask is ignored",)),
     Mistake("one tile of N x N", (dense,), ("as much as an (N, N) matrix",)),
     Mistake("two gradients", (two_gradients,), ("return the tuple (dQ, dK, dV)",)),
+)
+
+
+# ---- 7.6 FlashAttention-1's backward (Algorithm 4) with a mask ------------------------------
+
+def _flash1(Q, K, V, O, l, m, dO, mask, B_r, B_c, mistake=None):
+    """A learner's masked Algorithm 4, written apart from the checker's own model of the
+    mistakes: right, or with one mistake."""
+    tau = 1 / np.sqrt(Q.shape[1])
+    if mistake not in ("NaN", "NaN zeroed"):  # the guard: rows that see no key
+        blind = m == -np.inf
+        m, l = np.where(blind, 0.0, m), np.where(blind, 1.0, l)
+    dQ, dK, dV = np.zeros_like(Q), np.zeros_like(K), np.zeros_like(V)
+    for j in range(0, len(K), B_c):
+        K_j, V_j = K[j:j + B_c], V[j:j + B_c]
+        dK_j, dV_j = np.zeros_like(K_j), np.zeros_like(V_j)
+        for i in range(0, len(Q), B_r):
+            Q_i, O_i, dO_i, dQ_i = Q[i:i + B_r], O[i:i + B_r], dO[i:i + B_r], dQ[i:i + B_r]
+            S_ij = tau * (Q_i @ K_j.T)
+            if mistake != "mask ignored":
+                S_ij = np.where(mask[i:i + B_r, j:j + B_c], S_ij, -np.inf)
+            if mistake == "P from lse, no l":  # the logsumexp's formula fed with m
+                P_ij = np.exp(S_ij - m[i:i + B_r, None])
+            elif mistake == "times l":
+                P_ij = np.exp(S_ij - m[i:i + B_r, None]) * l[i:i + B_r, None]
+            elif mistake == "l as a log":
+                P_ij = np.exp(S_ij - m[i:i + B_r, None] - l[i:i + B_r, None])
+            else:
+                P_ij = np.exp(S_ij - m[i:i + B_r, None]) / l[i:i + B_r, None]
+            if mistake == "NaN zeroed":
+                P_ij = np.nan_to_num(P_ij)  # right values, after a warning
+            dV_j += P_ij.T @ dO_i
+            dP_ij = dO_i @ V_j.T
+            if mistake == "tile D":
+                D_i = np.sum(P_ij * dP_ij, axis=1)
+            else:
+                D_i = np.sum(dO_i * O_i, axis=1)
+            dS_ij = P_ij * (dP_ij - D_i[:, None])
+            if mistake == "dQ overwritten":
+                dQ[i:i + B_r] = tau * (dS_ij @ K_j)
+            else:
+                dQ[i:i + B_r] = dQ_i + tau * (dS_ij @ K_j)
+            dK_j += tau * (dS_ij.T @ Q_i)
+        dK[j:j + B_c], dV[j:j + B_c] = dK_j, dV_j
+    return dQ, dK, dV
+
+
+def query_blocks_outside(Q, K, V, O, l, m, dO, mask, B_r, B_c):
+    """The right numbers in FlashAttention-2's forward order: query blocks outside, so that
+    dK_j and dV_j (not dQ_i) are read and written in HBM at every step."""
+    tau = 1 / np.sqrt(Q.shape[1])
+    blind = m == -np.inf
+    m, l = np.where(blind, 0.0, m), np.where(blind, 1.0, l)
+    dQ, dK, dV = np.zeros_like(Q), np.zeros_like(K), np.zeros_like(V)
+    for i in range(0, len(Q), B_r):
+        Q_i, O_i, dO_i = Q[i:i + B_r], O[i:i + B_r], dO[i:i + B_r]
+        dQ_i = np.zeros_like(Q_i)
+        D_i = np.sum(dO_i * O_i, axis=1)
+        for j in range(0, len(K), B_c):
+            K_j, V_j = K[j:j + B_c], V[j:j + B_c]
+            S_ij = np.where(mask[i:i + B_r, j:j + B_c], tau * (Q_i @ K_j.T), -np.inf)
+            P_ij = np.exp(S_ij - m[i:i + B_r, None]) / l[i:i + B_r, None]
+            dS_ij = P_ij * (dO_i @ V_j.T - D_i[:, None])
+            dV[j:j + B_c] = dV[j:j + B_c] + P_ij.T @ dO_i
+            dK[j:j + B_c] = dK[j:j + B_c] + tau * (dS_ij.T @ Q_i)
+            dQ_i += tau * (dS_ij @ K_j)
+        dQ[i:i + B_r] = dQ_i
+    return dQ, dK, dV
+
+
+def flash1_two_gradients(*args):
+    return _flash1(*args)[:2]
+
+
+declare_mistakes(
+    check_flash1_backward,
+    *(Mistake(mistake, (functools.partial(_flash1, mistake=mistake),), hints)
+      for mistake, hints in [
+          ("dQ overwritten", ("dQ holds only the last key block's share",
+                              "dQ_i <- dQ_i + tau dS_ij K_j")),
+          ("P from lse, no l", ("l_i times too large", "diag(l_i)^-1 exp(S_ij - m_i)")),
+          ("l as a log", ("not its logarithm",)),
+          ("times l", ("divide by l_i, do not multiply",)),
+          ("tile D", ("covers only that tile's keys",)),
+          ("mask ignored", ("the mask is ignored",)),
+          ("NaN", ("m_i = -inf and l_i = 0", "guard both")),
+          ("NaN zeroed", ("numpy warned", "the guard")),
+      ]),
+    Mistake("query blocks outside", (query_blocks_outside,),
+            ("the query blocks are outside", "dQ_i, not dK_j and dV_j")),
+    Mistake("two gradients", (flash1_two_gradients,), ("return the tuple (dQ, dK, dV)",)),
 )
 
 
