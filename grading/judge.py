@@ -169,7 +169,7 @@ class Judge:
         link = TaskLink(ours, out_read)
         flags: list[str] = []
         try:
-            zyg.fork(task["id"], [theirs.fileno(), out_write])
+            link.cgroup = zyg.fork(task["id"], [theirs.fileno(), out_write])
         except ZygoteDied as err:
             theirs.close()
             os.close(out_write)
@@ -187,7 +187,16 @@ class Judge:
                 status, survivors = zyg.end(task["id"], wait=2.0 if ended else 0.0)
                 peak, base = getattr(zyg, "memory", (None, None))
                 if isinstance(peak, int) and isinstance(base, int):
-                    result["memory"] = {"peak_bytes": peak, "chapter_bytes": base}
+                    result["memory"] = {"peak_bytes": peak, "chapter_bytes": base,
+                                        "measured_by": "/proc VmHWM"}
+                held = getattr(zyg, "task_memory", None) or {}
+                if isinstance(held.get("peak"), int):  # the cgroup's: all its processes
+                    result["memory"] = (result.get("memory") or {}) | {
+                        "peak_bytes": held["peak"], "measured_by": held["by"],
+                        "process_peak_bytes": peak}
+                if held.get("limit_hit"):
+                    flags.append(f"hit the memory limit ({self.options.limits['memory'] / 2**30:g}"
+                                 " GiB for the exercise's processes together: its cgroup)")
             except ZygoteDied as err:
                 status, survivors = None, 0
                 flags.append("the chapter's grading process died during this exercise (did "
