@@ -22,10 +22,12 @@ two is seen too) are searched for:
 - the grader's machinery: ``tracemalloc`` (its ``stop`` blinds the memory check), the
   checkers' measuring and watching functions (``measure_peak``, ``watching``, ...);
 - grader detection: the host name, process ids, ``/proc/1``;
-- the library function the exercise asks the student to write, reached from the answer
-  (the names in the checker call, followed through the student's own top-level definitions),
-  unless the student defined a function of that name; a forbid rule that allows some calls
-  (``forbid={name: rule}``) leaves that name to the checker's refusal at run time.
+- (flagged, not refused) the library function the exercise asks the student to write,
+  reached from the answer (the names in the checker call, followed through the student's own
+  top-level definitions), unless the student defined a function of that name: a call of it
+  is refused by the checker at run time, with its own message; the flag shows a path the
+  checker's cases may not take.  A forbid rule that allows some calls (``forbid={name:
+  rule}``) leaves that name to the checker alone.
 
 A refusal fails the exercise (score 0) with its reason; a refusal found in an earlier
 exercise's cells (which run before this one's, as in Jupyter) refuses this exercise too.
@@ -432,7 +434,9 @@ def audit(cells: list[str], prelude: list[tuple[str, list[str]]] | None = None,
 def _reached(parsed: list[_Cell], bound: dict[str, list[tuple[ast.stmt, str]]],
              forbidden: dict[str, Any] | list[str] | None, answers: list[str] | None,
              result: Audit) -> None:
-    """Refuse the forbidden library functions (without a rule) that the answer reaches."""
+    """Flag the forbidden library functions (without a rule) that the answer reaches: a call of
+    one is refused by the checker when it runs; the flag shows the instructor a path the
+    checker's cases may not take (a branch on the input, a helper)."""
     spec = dict.fromkeys(forbidden) if isinstance(forbidden, list) else dict(forbidden or {})
     short = {name.rpartition(".")[2]: name for name, rule in spec.items() if rule is None}
     if not short or not answers:
@@ -449,7 +453,7 @@ def _reached(parsed: list[_Cell], bound: dict[str, list[tuple[ast.stmt, str]]],
                                  | ast.Assign | ast.AnnAssign) for s, _ in statements)
         if name in short and not own_def:
             where = statements[0][1] if statements else "your answer"
-            result.refuse(where, f"the answer reaches flashlib's `{name}`, which this exercise "
+            result.flag(where, f"the answer reaches flashlib's `{name}`, which this exercise "
                                  "asks you to write")
             continue
         for statement, _ in statements:
@@ -457,13 +461,13 @@ def _reached(parsed: list[_Cell], bound: dict[str, list[tuple[ast.stmt, str]]],
                     "flashlib"):
                 for alias in statement.names:
                     if (alias.asname or alias.name) == name and alias.name in short:
-                        result.refuse(_label_of(statement, bound),
+                        result.flag(_label_of(statement, bound),
                                       f"the answer reaches flashlib's `{alias.name}` (as "
                                       f"`{name}`), which this exercise asks you to write")
                 continue
             for used in _statement_names(statement):
                 if used in short and used not in bound:
-                    result.refuse(_label_of(statement, bound),
+                    result.flag(_label_of(statement, bound),
                                   f"the answer reaches flashlib's `{used}`, which this "
                                   "exercise asks you to write")
                 elif used not in seen:

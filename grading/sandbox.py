@@ -106,6 +106,15 @@ class Confinement:
             text += (f"; each chapter's sandbox in a cgroup of its own (at most "
                      f"{CGROUP_LIMITS['memory'] / 2**30:g} GiB of memory and "
                      f"{CGROUP_LIMITS['processes']} processes, all killed at its end)")
+        tasks = task_cgroups() if self.cgroups else None
+        if tasks:
+            text += (f"; each exercise in a cgroup of its own ({tasks}, probed): its memory "
+                     "limit holds its processes together, and the memory checks are measured "
+                     "there, by the judge")
+        else:
+            text += ("; no cgroup per exercise (none can be made here): memory limited per "
+                     "process (RLIMIT_AS), the checkers' memory checks measured in the "
+                     "student's process")
         return text + (f" ({'; '.join(self.reasons)})" if self.reasons else "")
 
     def warning(self) -> str | None:

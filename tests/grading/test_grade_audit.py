@@ -100,16 +100,23 @@ GRADER = os.getpid() < 10
     "grader detection by /proc/1": ("""
 GRADER = "bwrap" in open("/proc/1/cmdline").read()
 """, "/proc/1"),
-    "forbidden function reached through an alias": ("""
+}
+
+#: The library function the exercise asks for, reached from the answer: flagged (a call of
+#: it is refused by the checker when it runs, with its own message).
+REACHED = {
+    "through an alias": ("""
 from flashlib.fast import naive_attention as helper
 def attention(q, k, v):
     return helper(q, k, v)
-""", "reaches flashlib's `naive_attention`"),
-    "forbidden function reached through a helper": ("""
+""", "reaches flashlib's `naive_attention` (as `helper`)"),
+    "through a helper, on a branch the checker may not take": ("""
 def _inner(q, k, v):
     return naive_attention(q, k, v)
 def attention(q, k, v):
-    return _inner(q, k, v)
+    if q.shape[0] > 10_000:
+        return _inner(q, k, v)
+    return q
 """, "reaches flashlib's `naive_attention`"),
 }
 
@@ -120,6 +127,14 @@ def test_each_attack_is_refused_by_the_judge(attack):
     found = audit.audit([cell], [], ATTENTION, ["attention"])
     assert found.refusals, attack
     assert any(sign in r for r in found.refusals), found.refusals
+
+
+@pytest.mark.parametrize("case", list(REACHED))
+def test_the_forbidden_function_reached_from_the_answer_is_flagged(case):
+    cell, sign = REACHED[case]
+    found = audit.audit([cell], [], ATTENTION, ["attention"])
+    assert any(sign in f for f in found.flags), found.flags
+    assert audit.audit([cell], [], {}, ["attention"]).flags == []  # another exercise's
 
 
 def test_a_patch_hidden_in_an_earlier_exercise_refuses_the_later_one():
