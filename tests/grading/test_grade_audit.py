@@ -197,3 +197,63 @@ def test_no_honest_student_of_the_made_up_class_is_refused_or_flagged():
             problems.append((profile, chapter, number, found.refusals + found.flags))
     assert count > 200
     assert problems == []
+
+
+def test_the_kernel_helpers_run_from_the_sealed_library():
+    """The exercise's process seals the library before the student's first cell
+    (grading/worker.py); a helper is taken from the seal, and the library's namespaces and
+    ``sys.modules`` are put back before it runs: replacing a launcher changes nothing."""
+    import sys
+
+    import flashlib.book.exercises.gpu as gpu
+    from grading import worker
+
+    sealed = worker.seal()
+    launch, module = gpu._launch, sys.modules["flashlib.book.exercises.gpu"]
+    try:
+        gpu._launch = lambda *a, **k: None  # kernels that do nothing
+        gpu.len = lambda x: 0  # a builtin shadowed in the module
+        sys.modules["flashlib.book.exercises.gpu"] = object()
+        worker.restore(sealed)
+        assert sys.modules["flashlib.book.exercises.gpu"] is module
+        assert gpu._launch is launch and not hasattr(gpu, "len")
+        assert sealed["flashlib.book.exercises.gpu"][1]["_launch"] is launch
+    finally:
+        sys.modules["flashlib.book.exercises.gpu"] = module
+        gpu._launch = launch
+        vars(gpu).pop("len", None)
+
+
+EMPTY = ("import numpy as np\n\ndef empty(n_q, d_v):\n    return np.full(n_q, -np.inf), "
+         "np.zeros(n_q), np.zeros((n_q, d_v))\n")
+
+
+@pytest.mark.slow  # a chapter graded in the sandbox
+def test_the_grader_refuses_in_the_judge_and_grades_the_honest(tmp_path):
+    """Through the whole grader: the honest answer passes; the same answer after a patch in
+    an earlier exercise's cell, or with grader detection, is refused (score 0, flagged)."""
+    import dataclasses
+
+    from grading import grade
+
+    exercise = chapters.Exercise("1", "check_empty_partial(empty)", "check_empty_partial",
+                                 "flashlib.book.exercises.online_softmax.check_empty_partial")
+    chapter = chapters.Chapter(
+        "fake", "Fake", [
+            ("code", "import numpy as np\n"
+                     "from flashlib.book.exercises.online_softmax import check_empty_partial"),
+            ("exercise", "1"), ("exercise", "2")],
+        {n: dataclasses.replace(exercise, number=n) for n in "12"}, [])
+    patch = "from flashlib.book.exercises import refusal\nrefusal.watching = None\n"
+    detect = "import socket\nGRADER = socket.gethostname() != 'colab'\n"
+    tasks = [{"id": "honest", "exercise": "2", "cells": [EMPTY], "prelude": [["1", [EMPTY]]]},
+             {"id": "hidden", "exercise": "2", "cells": [EMPTY], "prelude": [["1", [patch]]]},
+             {"id": "detect", "exercise": "1", "cells": [detect + EMPTY]}]
+    found, errors = grade.grade_chapter(chapter, tasks, 20.0, 1, tmp_path / "logs")
+    assert errors == []
+    assert found["honest"]["status"] == "passed" and found["honest"]["flags"] == []
+    for name, sign in (("hidden", "Exercise 1's cell"), ("detect", "the host name")):
+        result = found[name]
+        assert result["status"] == "failed" and result["checks_passed"] == 0
+        assert result["first_problem"].startswith("refused: ")
+        assert any("refused by the judge's audit" in f and sign in f for f in result["flags"])
