@@ -122,15 +122,20 @@ def problems(out: Path = OUT) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] not in ("build", "check"):
-        print(__doc__)
-        return 2
-    out = Path(args[1]) if len(args) > 1 else OUT
-    if args[0] == "build":
-        build(out)
-        print(f"wrote {out}")
-    found = problems(out)
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.student_notebooks",
+        description="The student notebooks' repository (no solutions): build it, or check "
+                    "what was built.")
+    parser.add_argument("command", choices=["build", "check"])
+    parser.add_argument("out", nargs="?", type=Path, default=OUT,
+                        help="the folder (default _build/student-notebooks)")
+    args = parser.parse_args(argv)
+    if args.command == "build":
+        build(args.out)
+        print(f"wrote {args.out}")
+    found = problems(args.out)
     for problem in found:
         print(problem, file=sys.stderr)
     return 1 if found else 0
