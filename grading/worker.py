@@ -261,6 +261,15 @@ def restore(sealed: dict[str, tuple[Any, dict[str, Any]]]) -> None:
                 current[key] = value
 
 
+def release_free_memory() -> None:
+    """Give the memory the allocator keeps after ``free`` back to the system (glibc's
+    ``malloc_trim``): reused, it would not show in the cgroup's peak."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+
+
 class Server:
     """The exercise's process: answers the judge's requests on ``sock`` until it leaves."""
 
@@ -343,6 +352,7 @@ class Server:
         outside = bool(header.get("outside"))  # the judge measures the call from its cgroup
         if outside:
             gc.collect()
+            release_free_memory()  # so that memory freed before cannot hide the call's
             self.step("ready")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
