@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # Silences a debugger warning that Jupyter kernels print when they start.
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: book book-student test check notebooks lab lint bench constraints clean grade
+.PHONY: book book-student student-notebooks test check notebooks lab lint bench constraints clean grade
 
 # PYTHONWARNINGS: setuptools prints a warning box on every editable install ("Editable
 # installation": folders named like the package may shadow it), even with --quiet.
@@ -39,6 +39,12 @@ book: $(STAMP)
 book-student: book
 	FLASHLIB_STUDENT_EDITION=1 $(BIN)/jupyter-book build . -W -n --keep-going \
 		--path-output _build/student
+
+## make student-notebooks: the student notebooks' repository (notebooks/student/ and flashlib's
+## wheel, no solution), into _build/student-notebooks, to publish with the release as
+## <repository>-student: the student edition's Colab links and set-up cells point there
+student-notebooks: $(STAMP)
+	$(BIN)/python -m tools.student_notebooks build _build/student-notebooks
 
 ## make grade SUBMISSIONS=folder [OUT=grading-report] [GRADE_ARGS=...]: run the students'
 ## notebooks through the book's checkers (grading/, python -m grading; reports in OUT)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grading import rpc, sandbox
+from grading import audit, rpc, sandbox
 from grading.worker import describe, one_line
 from grading.zygote import TaskLink, Zygote, ZygoteDied
 
@@ -130,7 +130,13 @@ class Judge:
         """One task: ``{"id", "exercise", "cells", "prelude"}`` -> its result.  When the
         student's earlier cells (the prelude) end the process or hang before this exercise's
         own cells start, it is graded again without them, and a note says so."""
+        exercise = chapter["exercises"][task["exercise"]]
+        found = judge_audit(exercise, task, self.options.run_earlier)
+        if found.refusals:  # decided here, from the code: the student's code does not run
+            return refused(found)
         result = self._grade_once(chapter, task)
+        result["flags"] = result.get("flags", []) + [
+            f"audit: {f}" for f in found.flags if f"audit: {f}" not in result.get("flags", [])]
         notes = [f"your cells of Exercise {n} were not run before this one: they ended or "
                  "hung the process when that exercise was graded" for n in task.get(
                      "left_out", [])]
@@ -163,7 +169,7 @@ class Judge:
         link = TaskLink(ours, out_read)
         flags: list[str] = []
         try:
-            zyg.fork(task["id"], [theirs.fileno(), out_write])
+            link.cgroup = zyg.fork(task["id"], [theirs.fileno(), out_write])
         except ZygoteDied as err:
             theirs.close()
             os.close(out_write)
@@ -181,7 +187,16 @@ class Judge:
                 status, survivors = zyg.end(task["id"], wait=2.0 if ended else 0.0)
                 peak, base = getattr(zyg, "memory", (None, None))
                 if isinstance(peak, int) and isinstance(base, int):
-                    result["memory"] = {"peak_bytes": peak, "chapter_bytes": base}
+                    result["memory"] = {"peak_bytes": peak, "chapter_bytes": base,
+                                        "measured_by": "/proc VmHWM"}
+                held = getattr(zyg, "task_memory", None) or {}
+                if isinstance(held.get("peak"), int):  # the cgroup's: all its processes
+                    result["memory"] = (result.get("memory") or {}) | {
+                        "peak_bytes": held["peak"], "measured_by": held["by"],
+                        "process_peak_bytes": peak}
+                if held.get("limit_hit"):
+                    flags.append(f"hit the memory limit ({self.options.limits['memory'] / 2**30:g}"
+                                 " GiB for the exercise's processes together: its cgroup)")
             except ZygoteDied as err:
                 status, survivors = None, 0
                 flags.append("the chapter's grading process died during this exercise (did "
@@ -263,6 +278,36 @@ class Judge:
             return {"status": "error",
                     "first_problem": f"{exercise['call']} raised {describe(err)}"}
         return verdict(fb, cell_error, notes, strict=self.options.strict, call=exercise["call"])
+
+
+def judge_audit(exercise: dict[str, Any], task: dict[str, Any],
+                run_earlier: bool = True) -> audit.Audit:
+    """The judge's audit of the task's cells (grading/audit.py): this exercise's, and the
+    earlier exercises' that run before them, against the checker's forbidden functions and
+    the names its call passes."""
+    try:
+        forbid = dict(getattr(_import(exercise["checker"]), "forbid", {}) or {})
+    except Exception:  # noqa: BLE001 - the checker's own failure is reported by _run
+        forbid = {}
+    try:
+        _, args, kwargs = parse_call(exercise["call"])
+    except (SyntaxError, ValueError):
+        args, kwargs = [], {}
+    prelude = task.get("prelude", []) if run_earlier else []
+    return audit.audit(task["cells"], prelude, forbid, [*args, *kwargs.values()])
+
+
+def refused(found: audit.Audit) -> dict[str, Any]:
+    """The result of an exercise the judge's audit refused: failed, 0 points, the reasons
+    in the feedback and the flags."""
+    why = "; ".join(found.refusals[:3])
+    text = ("Refused by the grader before it ran: " + why + ". Exercises never need this; "
+            "the score is 0 (see the grading rules).")
+    return {"status": "failed", "checks_passed": 0, "checks_total": 1,
+            "first_problem": one_line(f"refused: {why}"), "feedback": text, "notes": [],
+            "flags": [f"refused by the judge's audit: {r}" for r in found.refusals[:5]]
+            + [f"audit: {f}" for f in found.flags],
+            "runtime_s": 0.0, "output": "", "refused": True}
 
 
 def machine_busy() -> str | None:

@@ -39,6 +39,7 @@ killed when the sandbox ends; elsewhere the grader says it has none.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
@@ -51,6 +52,7 @@ import sys
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,6 +106,15 @@ class Confinement:
             text += (f"; each chapter's sandbox in a cgroup of its own (at most "
                      f"{CGROUP_LIMITS['memory'] / 2**30:g} GiB of memory and "
                      f"{CGROUP_LIMITS['processes']} processes, all killed at its end)")
+        tasks = task_cgroups() if self.cgroups else None
+        if tasks:
+            text += (f"; each exercise in a cgroup of its own ({tasks}, probed): its memory "
+                     "limit holds its processes together, and the memory checks are measured "
+                     "there, by the judge")
+        else:
+            text += ("; no cgroup per exercise (none can be made here): memory limited per "
+                     "process (RLIMIT_AS), the checkers' memory checks measured in the "
+                     "student's process")
         return text + (f" ({'; '.join(self.reasons)})" if self.reasons else "")
 
     def warning(self) -> str | None:
@@ -632,11 +643,14 @@ class Cgroup:
 
     def __init__(self, folders: dict[str, Path]):
         self.folders = folders  # {"v2": path} or {"memory": path, "pids": path}
+        self._peak_file: Any = None  # cgroup v2's memory.peak, held open once reset
 
     @classmethod
-    def make(cls, name: str) -> Cgroup | None:
+    def make(cls, name: str, limits: dict[str, int] | None = None) -> Cgroup | None:
         """A new cgroup named ``name`` under this process's, or None where that is not
-        allowed (not root and nothing delegated, read-only cgroupfs, no controllers)."""
+        allowed (not root and nothing delegated, read-only cgroupfs, no controllers);
+        ``limits``: its memory in bytes and processes (default :data:`CGROUP_LIMITS`)."""
+        limits = dict(CGROUP_LIMITS, **(limits or {}))
         own = _own_cgroups()
         folders: dict[str, Path] = {}
         try:
@@ -647,12 +661,14 @@ class Cgroup:
                     return None
                 folders["v2"] = parent / name
                 folders["v2"].mkdir()
-                (folders["v2"] / "memory.max").write_text(str(CGROUP_LIMITS["memory"]))
-                (folders["v2"] / "pids.max").write_text(str(CGROUP_LIMITS["processes"]))
+                (folders["v2"] / "memory.max").write_text(str(limits["memory"]))
+                (folders["v2"] / "pids.max").write_text(str(limits["processes"]))
+                with contextlib.suppress(OSError):  # no swap beyond the cap
+                    (folders["v2"] / "memory.swap.max").write_text("0")
                 return cls(folders)
             for controller, limit_file, value in (
-                    ("memory", "memory.limit_in_bytes", CGROUP_LIMITS["memory"]),
-                    ("pids", "pids.max", CGROUP_LIMITS["processes"])):
+                    ("memory", "memory.limit_in_bytes", limits["memory"]),
+                    ("pids", "pids.max", limits["processes"])):
                 parent = CGROUP_ROOT / controller / own.get(controller, "/").lstrip("/")
                 if not parent.is_dir():
                     raise OSError(f"no cgroup v1 {controller} hierarchy")
@@ -663,6 +679,81 @@ class Cgroup:
         except OSError:
             cls(folders).remove()
             return None
+
+    @classmethod
+    def home(cls) -> Cgroup:
+        """This process's own cgroups (to move a process back into)."""
+        own = _own_cgroups()
+        if (CGROUP_ROOT / "cgroup.controllers").is_file():
+            return cls({"v2": CGROUP_ROOT / own.get("", "/").lstrip("/")})
+        return cls({c: CGROUP_ROOT / c / own.get(c, "/").lstrip("/") for c in ("memory", "pids")})
+
+    def move(self, pids: list[int]) -> None:
+        """Put exactly these processes in the cgroup (not their descendants)."""
+        for folder in self.folders.values():
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    (folder / "cgroup.procs").write_text(str(pid))
+
+    @property
+    def version(self) -> str:
+        return "cgroup v2" if "v2" in self.folders else "cgroup v1"
+
+    def _memory_file(self, v2: str, v1: str) -> Path:
+        return self.folders["v2"] / v2 if "v2" in self.folders else self.folders["memory"] / v1
+
+    def usage(self) -> int | None:
+        """Bytes charged to the cgroup now (memory.current, memory.usage_in_bytes)."""
+        try:
+            return int(self._memory_file("memory.current", "memory.usage_in_bytes")
+                       .read_text().split()[0])
+        except (OSError, ValueError, IndexError, KeyError):
+            return None
+
+    def peak(self) -> int | None:
+        """The most bytes charged to the cgroup since it was made or :meth:`reset_peak`
+        (memory.peak, memory.max_usage_in_bytes); None where the kernel has no such file."""
+        try:
+            if self._peak_file is not None:
+                self._peak_file.seek(0)
+                return int(self._peak_file.read().split()[0])
+            return int(self._memory_file("memory.peak", "memory.max_usage_in_bytes")
+                       .read_text().split()[0])
+        except (OSError, ValueError, IndexError, KeyError):
+            return None
+
+    def reset_peak(self) -> bool:
+        """Start the peak again from the usage now: cgroup v1 takes a write of 0 to
+        memory.max_usage_in_bytes; v2 (Linux 6.12 and later) a write to memory.peak, for
+        reads through the same open file.  False where the kernel cannot."""
+        try:
+            if "v2" in self.folders:
+                if self._peak_file is None:
+                    self._peak_file = open(self.folders["v2"] / "memory.peak", "r+")  # noqa: SIM115
+                self._peak_file.seek(0)
+                self._peak_file.write("reset\n")
+                self._peak_file.flush()
+                return True
+            (self.folders["memory"] / "memory.max_usage_in_bytes").write_text("0")
+            return True
+        except (OSError, KeyError):
+            if self._peak_file is not None:
+                with contextlib.suppress(OSError):
+                    self._peak_file.close()
+                self._peak_file = None
+            return False
+
+    def limit_hit(self) -> bool:
+        """Whether the cgroup's memory cap was reached (an allocation refused or a process
+        killed by the kernel's out-of-memory killer)."""
+        try:
+            if "v2" in self.folders:
+                events = dict(line.split() for line in (
+                    self.folders["v2"] / "memory.events").read_text().splitlines())
+                return int(events.get("max", 0)) > 0 or int(events.get("oom_kill", 0)) > 0
+            return int((self.folders["memory"] / "memory.failcnt").read_text()) > 0
+        except (OSError, ValueError, KeyError):
+            return False
 
     def add(self, pid: int) -> None:
         """Put ``pid`` and its descendants (a sandbox just started) in the cgroup."""
@@ -705,6 +796,10 @@ class Cgroup:
             time.sleep(0.02)
 
     def remove(self) -> None:
+        if self._peak_file is not None:
+            with contextlib.suppress(OSError):
+                self._peak_file.close()
+            self._peak_file = None
         for folder in self.folders.values():
             try:
                 folder.rmdir()
@@ -720,3 +815,32 @@ def cgroups_allowed() -> bool:
         return False
     cgroup.remove()
     return True
+
+
+@functools.cache
+def task_cgroups() -> str | None:
+    """Whether each exercise can have a cgroup of its own that holds its processes and
+    measures them: tried for real (a child put in a new cgroup touches 16 MiB; the cgroup's
+    peak must show it, usage > 0).  ``"cgroup v1"`` or ``"cgroup v2"``, else None."""
+    cgroup = Cgroup.make(f"flashlib-grade-probe-task-{os.getpid()}",
+                         {"memory": 256 * 2**20, "processes": 16})
+    if cgroup is None:
+        return None
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: into the cgroup, then 16 MiB touched
+            code = 1
+            try:
+                cgroup.move([os.getpid()])
+                block = bytearray(16 * 2**20)
+                block[::4096] = b"x" * len(block[::4096])
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        peak = cgroup.peak()
+        ok = os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 and (peak or 0) >= 8 * 2**20
+        return cgroup.version if ok else None
+    finally:
+        cgroup.kill()
+        cgroup.remove()

@@ -66,6 +66,13 @@ class Zygote:
             self.cgroup = sandbox.Cgroup.make(f"flashlib-grade-{os.getpid()}-{Zygote.made}")
             if self.cgroup is not None:
                 self.cgroup.add(self.proc.pid)
+        #: each exercise in a cgroup of its own (its cap and its measured peak), where the
+        #: machine allows it: "cgroup v1", "cgroup v2" or None (sandbox.task_cgroups)
+        self.task_cgroups = sandbox.task_cgroups() if conf.cgroups else None
+        self.limits = dict(options.limits)
+        self.tasks: dict[str, sandbox.Cgroup] = {}
+        #: the last ended exercise's cgroup: {"peak": bytes, "by": version, "limit_hit": bool}
+        self.task_memory: dict[str, Any] | None = None
         count = conf.level == "namespaces" or (conf.level == "bwrap") or os.geteuid() == 0
         config = {"level": conf.level, "limits": options.limits, "count_processes": count}
         if conf.level == "rlimits" and os.geteuid() != 0:
@@ -127,21 +134,58 @@ class Zygote:
             else:
                 return False, errors
 
-    def fork(self, task: str, fds: list[int]) -> None:
-        self.send({"op": "fork", "task": task}, fds)
-        reply = self.recv(CONTROL_TIMEOUT)
+    def fork(self, task: str, fds: list[int]) -> sandbox.Cgroup | None:
+        """Fork the process of one exercise; returns the cgroup it was born in (None where
+        there is none).  The chapter's processes step into the exercise's new cgroup for the
+        fork and back out after it, so that the exercise's process and everything it starts
+        are in it from their first instruction (a child inherits its parent's cgroup, on v1
+        and v2), while what the chapter's process holds stays charged to the chapter."""
+        cgroup = None
+        if self.task_cgroups:
+            Zygote.made += 1
+            cgroup = sandbox.Cgroup.make(
+                f"flashlib-grade-{os.getpid()}-{Zygote.made}-task",
+                {"memory": self.limits["memory"], "processes": self.limits["processes"]})
+        members = [self.proc.pid, *sandbox.descendants(self.proc.pid)] if cgroup else []
+        if cgroup is not None:
+            cgroup.move(members)
+        try:
+            self.send({"op": "fork", "task": task}, fds)
+            reply = self.recv(CONTROL_TIMEOUT)
+        finally:
+            if cgroup is not None:
+                (self.cgroup or sandbox.Cgroup.home()).move(members)
         if reply.get("ev") != "forked":
+            if cgroup is not None:
+                cgroup.kill()
+                cgroup.remove()
             raise ZygoteDied(f"the chapter's process could not fork: {reply.get('msg')}")
+        if cgroup is not None:
+            self.tasks[task] = cgroup
+        return cgroup
 
     def end(self, task: str, wait: float = 0.0) -> tuple[int | None, int]:
-        self.send({"op": "end", "task": task, "wait": wait})
-        reply = self.recv(CONTROL_TIMEOUT)
+        cgroup = self.tasks.pop(task, None)
+        self.task_memory = None
+        try:
+            self.send({"op": "end", "task": task, "wait": wait})
+            reply = self.recv(CONTROL_TIMEOUT)
+        finally:
+            if cgroup is not None:  # the exercise's processes are gone: its whole peak
+                self.task_memory = {"peak": cgroup.peak(), "by": cgroup.version,
+                                    "limit_hit": cgroup.limit_hit()}
+                cgroup.kill()
+                cgroup.remove()
         #: (the exercise's peak resident memory, the chapter's process's own), bytes,
         #: read by the zygote from /proc before the exercise was ended (None: unknown)
         self.memory = (reply.get("peak"), reply.get("base"))
         return reply.get("status"), int(reply.get("survivors") or 0)
 
     def close(self) -> None:
+        for cgroup in self.tasks.values():
+            cgroup.kill()
+            cgroup.remove()
+        self.tasks.clear()
         with contextlib.suppress(ZygoteDied):
             self.send({"op": "quit"})
         with contextlib.suppress(OSError):
@@ -185,6 +229,9 @@ class TaskLink:
         self.output = bytearray()
         self.deadline: float | None = None
         self.malformed: str | None = None
+        #: the exercise's cgroup (Zygote.fork), which measures a checker's memory probe
+        #: from outside the student's process; None: measured inside it (tracemalloc)
+        self.cgroup: sandbox.Cgroup | None = None
 
     # -- the output pipe, drained while waiting ---------------------------------------------
     def drain(self, wait: float = 0.0) -> None:
@@ -257,18 +304,37 @@ class TaskLink:
 
         callbacks: list[Any] = []
         blob = rpc.dumps((tuple(args), dict(kwargs)), callbacks)
-        self.send(header | {"watch": adapter.forbidden_names(), "measure": adapter.measuring()},
-                  [blob])
+        # a checker's memory probe: measured by the exercise's cgroup, here, where there is
+        # one (the student's process only says when its arguments are unpacked and when the
+        # call has returned); else by tracemalloc in the student's process
+        outside = adapter.measuring() and self.cgroup is not None and self.cgroup.reset_peak()
+        base, peak = (self.cgroup.usage() if outside else None), None
+        self.send(header | {"watch": adapter.forbidden_names(),
+                           "measure": adapter.measuring() and not outside,
+                           "outside": bool(outside)}, [blob])
         while True:
             reply, buffers = self.recv()
             if reply.get("ev") == "callback":
                 self._callback(reply, buffers, callbacks)
                 continue
+            if outside and reply.get("ev") == "ready" and peak is None:
+                self.cgroup.reset_peak()
+                base = self.cgroup.usage()
+                self.send({"op": "go"})
+                continue
+            if outside and reply.get("ev") == "done" and peak is None:
+                peak = self.cgroup.peak()
+                self.send({"op": "go"})
+                continue
             break
         if header["op"] == "call":  # the student's call, inside the checker's call_learner
             for w in reply.get("warnings", [])[:100]:
                 _reemit(w)
-        if reply.get("peak") is not None:
+        if outside:
+            peak = peak if peak is not None else self.cgroup.peak()
+            if peak is not None and base is not None:
+                adapter.record_peak(max(0, peak - base))
+        elif reply.get("peak") is not None:
             adapter.record_peak(int(reply["peak"]))
         calls = [(str(name), [tuple(s) if isinstance(s, list) else None for s in shapes])
                  for name, shapes in reply.get("calls", []) if isinstance(shapes, list)]

@@ -6,7 +6,10 @@ set-up cell that every generated notebook runs first.
   and of the student edition's site (tools/student_edition.py, ``notebooks/student/``);
 - :func:`release_ref` (``v{version}``, the tag the set-up cell installs) and
   :func:`colab_link`: a notebook's Colab URL at that tag, for the "Open in Colab" links and
-  the links between notebooks (relative links do not work on Colab);
+  the links between notebooks (relative links do not work on Colab); the student edition's
+  point at the student notebooks' repository (tools/student_notebooks.py), which holds no
+  solution, and their set-up cell installs flashlib's wheel from there
+  (:func:`student_wheel_url`);
 - :func:`colab_cell`: tools/colab_cell.md's code with ``{url}`` (_config.yml's
   ``repository.url``) and ``{version}`` (pyproject.toml) filled in, a ``#@title`` form cell
   collapsed in Colab and JupyterLab (:data:`COLLAPSED_CODE`) that installs ``flashlib[book]``
@@ -23,7 +26,7 @@ from urllib.parse import urlparse
 import nbformat
 
 from tools.paths import ROOT
-from tools.project import repository, version
+from tools.project import repository, student_repository, version
 
 COLAB = "https://colab.research.google.com/github"
 COLAB_CELL = ROOT / "tools" / "colab_cell.md"
@@ -37,7 +40,8 @@ def colab_url(repository_url: str, branch: str, name: str, folder: str = "notebo
     if parsed.netloc != "github.com":
         raise ValueError(f"repository url must be a github.com URL, got {repository_url!r}")
     repo = parsed.path.strip("/").removesuffix(".git")
-    return f"{COLAB}/{repo}/blob/{branch}/{folder.strip('/')}/{name}.ipynb"
+    folder = folder.strip("/")
+    return f"{COLAB}/{repo}/blob/{branch}/" + (f"{folder}/" if folder else "") + f"{name}.ipynb"
 
 
 def release_ref() -> str:
@@ -47,16 +51,29 @@ def release_ref() -> str:
 
 
 def colab_link(name: str, student: bool = False) -> str:
-    """The Colab URL of notebooks/NAME.ipynb (``student``: notebooks/student/) at the release
-    tag: the links between notebooks are absolute, because relative ones do not work on
-    Colab."""
-    folder = "notebooks/student" if student else "notebooks"
-    return colab_url(repository()[0], release_ref(), name, folder=folder)
+    """The Colab URL of notebooks/NAME.ipynb at the release tag; ``student``: NAME.ipynb of
+    the student notebooks' repository (tools/student_notebooks.py), which holds no solution.
+    The links between notebooks are absolute, because relative ones do not work on Colab."""
+    if student:
+        return colab_url(student_repository(), release_ref(), name, folder="")
+    return colab_url(repository()[0], release_ref(), name, folder="notebooks")
 
 
-def colab_cell() -> nbformat.NotebookNode:
+def wheel_name() -> str:
+    """The file name of flashlib's wheel at this version."""
+    return f"flashlib-{version()}-py3-none-any.whl"
+
+
+def student_wheel_url() -> str:
+    """Where the student notebooks' set-up cell installs flashlib from: the wheel in the
+    student notebooks' repository, at the release tag (not the repository with solutions)."""
+    return f"{student_repository()}/raw/{release_ref()}/wheels/{wheel_name()}"
+
+
+def colab_cell(student: bool = False) -> nbformat.NotebookNode:
     """The set-up cell: tools/colab_cell.md's code with ``{url}`` (_config.yml's
-    ``repository.url``) and ``{version}`` (pyproject.toml) filled in, collapsed."""
+    ``repository.url``) and ``{version}`` (pyproject.toml) filled in, collapsed; with
+    ``student``, it installs the wheel of the student notebooks' repository instead."""
     text = COLAB_CELL.read_text(encoding="utf-8")
     code = re.search(r"^```python\n(?P<code>.*?)^```$", text, re.MULTILINE | re.DOTALL)
     if code is None:
@@ -66,6 +83,8 @@ def colab_cell() -> nbformat.NotebookNode:
         if key not in source:
             raise ValueError(f"{COLAB_CELL.relative_to(ROOT)}: no {key} in its code")
         source = source.replace(key, value)
+    if student:
+        source = source.replace(f"git+{repository()[0]}@v{version()}", student_wheel_url())
     return nbformat.v4.new_code_cell(source, metadata=COLLAPSED_CODE)
 
 

@@ -442,7 +442,7 @@ def clean_notebook(source: Path, citations: dict[str, list[str]] | None = None,
         head += "\n\n" + GLUE_NOTE.format(name=page.glue_names[0])
     cells[title].source = head
     has_code = any(c.cell_type == "code" for c in cells)
-    extra = [colab_cell()] if has_code else []
+    extra = [colab_cell(student=student)] if has_code else []
     if rest:
         extra.append(nbformat.v4.new_markdown_cell(rest))
         cited_by[title], cited_by_rest = [], cited_by[title]

@@ -19,6 +19,17 @@ def repository() -> tuple[str, str]:
     return config["url"], config.get("branch", "main")
 
 
+#: The student notebooks' repository is the repository's URL with this ending: it holds the
+#: student edition's notebooks and flashlib's wheel only (tools/student_notebooks.py), so
+#: that no link a student is given, edited by hand, reaches a notebook with solutions.
+STUDENT_SUFFIX = "-student"
+
+
+def student_repository() -> str:
+    """The URL of the student notebooks' repository (``repository.url`` + ``-student``)."""
+    return repository()[0].rstrip("/").removesuffix(".git") + STUDENT_SUFFIX
+
+
 def version() -> str:
     """flashlib's version as pyproject.toml declares it: ``project.version``, or the module
     attribute its dynamic version names (``flashlib.__version__``), read without importing."""

@@ -12,8 +12,10 @@ Registered in _config.yml (``sphinx: local_extensions``); it does nothing unless
   writer (executablebooks/sphinx-exercise#89); here the gated solutions are merged first (its
   transform) and the merged nodes removed after (``doctree-read``), before anything is
   written or indexed for search;
-- the "Open in Colab" link (tools/book_extension.py) points at notebooks/student/<name>.ipynb,
-  the notebook without solutions (``make notebooks`` writes both), at the release tag;
+- the "Open in Colab" link (tools/book_extension.py) points at <name>.ipynb in the student
+  notebooks' repository (``<repository>-student``, built by ``make student-notebooks`` from
+  notebooks/student/ and published with the release: tools/student_notebooks.py), at the
+  release tag: a repository without solutions, so that no edit of the link reaches one;
 - the instructor's pages (:data:`INSTRUCTOR_PAGES`: the guide, its checker table and sample
   report, which name the checkers' accepted answers) are not built: the table of contents
   is _toc.yml without them (written to :data:`STUDENT_TOC`), and a page's link to one
@@ -41,9 +43,8 @@ from sphinx.config import Config
 from sphinx.util import logging
 from sphinx_exercise.nodes import solution_end_node, solution_node, solution_start_node
 
-from tools.colab import colab_url, release_ref
+from tools.colab import colab_link
 from tools.paths import ROOT
-from tools.project import repository
 from tools.toc import is_notebook
 
 logger = logging.getLogger(__name__)
@@ -120,8 +121,7 @@ def remove_solutions(app: Sphinx, doctree: nodes.document) -> None:
     for para in doctree.findall(nodes.paragraph):
         if "colab-link" in para["classes"]:
             for ref in para.findall(nodes.reference):
-                ref["refuri"] = colab_url(repository()[0], release_ref(), source.stem,
-                                          folder=STUDENT_FOLDER)
+                ref["refuri"] = colab_link(source.stem, student=True)
 
 
 def unlink_instructor_pages(app: Sphinx, doctree: nodes.document) -> None:

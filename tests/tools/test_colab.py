@@ -42,6 +42,18 @@ def test_colab_cell_installs_exactly_the_configured_repository():
         assert installed == url, "README.md installs from another repository"
 
 
+def test_the_student_set_up_cell_installs_from_the_student_repository():
+    """The student notebooks install flashlib's wheel from the student notebooks' repository
+    at the release tag: their set-up cell names no repository with solutions."""
+    cell = colab.colab_cell(student=True)
+    url, _ = project.repository()
+    wheel = colab.student_wheel_url()
+    assert wheel.startswith(project.student_repository() + f"/raw/{colab.release_ref()}/")
+    assert f'"flashlib[book] @ {wheel}"' in cell.source
+    assert f"{url}@" not in cell.source and f"{url}/" not in cell.source
+    ast.parse(cell.source)
+
+
 def test_install_urls():
     text = ('"git+https://github.com/a/b", `pip install git+https://github.com/c/d`) '
             '"x[book] @ git+https://github.com/e/f@v1.2.0"')

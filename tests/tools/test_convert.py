@@ -155,7 +155,10 @@ def test_glossary_terms_link_to_the_glossary_notebook():
     student = nbgen.Page(p.source, student=True)
     assert nbgen.inline("{term}`HBM`", student) == (
         f"[HBM]({colab.colab_link('glossary', student=True)}#HBM)")
-    assert "/notebooks/student/glossary.ipynb" in colab.colab_link("glossary", student=True)
+    assert colab.colab_link("glossary", student=True).endswith(
+        f"/{project.student_repository().removeprefix('https://github.com/')}/blob/"
+        f"{colab.release_ref()}"
+        "/glossary.ipynb")
     assert nbgen.inline("{term}`tensor core`", page("glossary")) == "[tensor core](#tensor-core)"
     glossary = nbgen.jupyter_markdown(
         "```{glossary}\nHBM\n  Slow memory {cite:p}`dao2022flashattention`.\n"

@@ -164,10 +164,20 @@ def test_student_site_links_to_student_notebooks_and_ships_no_sources():
     assert not (STUDENT_SITE / "_sources").exists()
     for source in CHAPTERS:
         page = (STUDENT_SITE / "book" / f"{source.stem}.html").read_text(encoding="utf-8")
-        assert f"/notebooks/student/{source.stem}.ipynb" in page
+        assert colab.colab_link(source.stem, student=True) in page
         assert notebooks.target(source, student=True).is_file()
         assert "_sources" not in page
         assert "(student edition)" in page
+
+
+def _as_readers(text: str) -> str:
+    """A student notebook's text with its links and set-up cell as the reader's notebook
+    has them (the student's point at the student notebooks' repository)."""
+    url = project.repository()[0]
+    student = colab.colab_link("NAME", student=True).removesuffix("NAME.ipynb")
+    reader = colab.colab_link("NAME").removesuffix("NAME.ipynb")
+    return text.replace(student, reader).replace(
+        colab.student_wheel_url(), f"git+{url}@v{project.version()}")
 
 
 def test_student_notebook_equals_full_one_without_its_solutions():
@@ -183,8 +193,8 @@ def test_student_notebook_equals_full_one_without_its_solutions():
                 continue
             if body:
                 kept.append((cell.cell_type, body))
-        student = [(c.cell_type, c.source.strip().replace("/notebooks/student/", "/notebooks/"))
-                   for c in convert.clean_notebook(source, student=True).cells]  # its links
+        student = [(c.cell_type, _as_readers(c.source.strip()))  # its links, its set-up
+                   for c in convert.clean_notebook(source, student=True).cells]
         assert student == kept, source.name
 
 
@@ -211,10 +221,9 @@ def test_student_site_has_no_instructor_page():
 @pytest.mark.student_site
 def test_student_site_links_to_no_source_and_opens_colab_at_the_release():
     """No repository button or link to the sources (they hold every solution); the only
-    links naming the repository are Colab's, to the student notebooks at the release tag
-    that their set-up cell installs."""
-    from tools.colab import colab_url, release_ref
-
+    links naming a repository of the book are Colab's, to the student notebooks'
+    repository at the release tag that their set-up cell installs
+    (tests/tools/test_student_notebooks.py checks every link of the site)."""
     url, _ = project.repository()
     repo = url.removeprefix("https://github.com/")
     assert 'class="btn btn-sm btn-source-repository-button' not in (
@@ -226,8 +235,7 @@ def test_student_site_links_to_no_source_and_opens_colab_at_the_release():
             if repo not in href:
                 continue
             name = Path(href).stem
-            assert href == colab_url(url, release_ref(), name,
-                                     folder="notebooks/student"), (path, href)
+            assert href == colab.colab_link(name, student=True), (path, href)
     full = (FULL_SITE / "book" / "intro.html").read_text(encoding="utf-8")
     assert f"github.com/{repo}" in full  # the reader's edition keeps its repository button
 
