@@ -270,6 +270,40 @@ def _keys(cache: np.ndarray, pages: np.ndarray, rows: int | None) -> np.ndarray:
     return cache[pages].reshape(-1, cache.shape[-1])[:rows]
 
 
+def _paged_mistake(got: np.ndarray, q: np.ndarray, K_cache: np.ndarray, V_cache: np.ndarray,
+                   table: np.ndarray, N: int, per_split: int) -> str | None:
+    """What a wrong ``got`` of paged decoding computed, when it is a usual mistake: pages read
+    by logical block, the last page counted as full, the table's padding read, the runs
+    averaged without their logsumexps."""
+    P = K_cache.shape[1]
+    T = -(-N // P)
+    pages = table[:T]
+
+    def over(ids: np.ndarray, rows: int | None) -> np.ndarray:
+        K, V = (_keys(c, ids, None)[:rows] for c in (K_cache, V_cache))
+        return naive_attention(q, K, V)
+
+    def close(x: np.ndarray) -> bool:
+        return bool(np.allclose(got, x, rtol=1e-9, atol=1e-12))
+
+    runs = [over(pages[s:s + per_split], min(N, (s + per_split) * P) - s * P)
+            for s in range(0, T, per_split)]
+    if close(over(np.arange(T), N)):
+        return ("you read page t of the pool for block t of the sequence: block t is page "
+                "table[t]; read the pages through the table")
+    if N % P and close(over(pages, None)):
+        return (f"you counted the last page as full: it holds only N - (T - 1) P = "
+                f"{N - (T - 1) * P} keys; the rest of its {P} rows are not the sequence's")
+    if len(table) > T and close(over(table, None)):
+        return (f"you read every entry of the table: those past the sequence's T = {T} pages "
+                "are padding (-1), and numpy reads page -1 as the last page of the pool; use "
+                "the first ceil(N / P) entries")
+    if len(runs) > 1 and close(np.mean(runs, axis=0)):
+        return ("you averaged the runs' outputs, without their logsumexps: a run whose keys "
+                "score higher must weigh more; weight O_s by exp(L_s - L)")
+    return None
+
+
 @checker("paged split-KV decoding")
 def check_paged_decode(fb: Feedback, fn: Callable[..., np.ndarray]) -> None:
     """Check ``paged_decode(q, K_cache, V_cache, table, N, n_splits)``: q (n_q, d) over the N
@@ -302,40 +336,16 @@ def check_paged_decode(fb: Feedback, fn: Callable[..., np.ndarray]) -> None:
                 fb.fail(f"{name}: {problem}")
                 continue
             got = np.asarray(got, dtype=np.float64)
-
-            def close(x: np.ndarray) -> bool:
-                return bool(np.allclose(got, x, rtol=1e-9, atol=1e-12))
-
-            def over(rows: int | None, ids: np.ndarray = pages) -> np.ndarray:
-                return naive_attention(q, _keys(K_cache, ids, rows), _keys(V_cache, ids, rows))
-
-            run_outs = [naive_attention(
-                q, _keys(K_cache, pages[s:s + per_split], min(N, (s + per_split) * P) - s * P),
-                _keys(V_cache, pages[s:s + per_split], min(N, (s + per_split) * P) - s * P))
-                for s in range(0, T, per_split)]
             if not np.isfinite(got).all():
                 fb.fail(f"{name}: the result holds NaN or inf: weight each run's O_s by "
                         "exp(L_s - L), L the logsumexp of the L_s, never exp(L_s) alone")
-            elif close(want):
+            elif np.allclose(got, want, rtol=1e-9, atol=1e-12):
                 if warns:
                     fb.fail(f"{name}: right answer, but {warned(warns[0])}")
                 else:
                     fb.ok(f"{name}: equals attention over the sequence's keys, contiguous")
-            elif close(over(N, np.arange(T))):
-                fb.fail(f"{name}: you read page t of the pool for block t of the sequence: "
-                        "block t is page table[t]; read the pages through the table")
-            elif N % P and close(over(None)):
-                fb.fail(f"{name}: you counted the last page as full: it holds only "
-                        f"N - (T - 1) P = {N - (T - 1) * P} keys; the rest of its {P} rows "
-                        "are not the sequence's")
-            elif len(table) > T and close(over(None, table)):
-                fb.fail(f"{name}: you read every entry of the table: those past the "
-                        f"sequence's T = {T} pages are padding (-1), and numpy reads page -1 "
-                        "as the last page of the pool; use the first ceil(N / P) entries")
-            elif runs > 1 and close(np.mean(run_outs, axis=0)):
-                fb.fail(f"{name}: you averaged the runs' outputs, without their logsumexps: "
-                        "a run whose keys score higher must weigh more; weight O_s by "
-                        "exp(L_s - L)")
+            elif (why := _paged_mistake(got, q, K_cache, V_cache, table, N, per_split)):
+                fb.fail(f"{name}: {why}")
             else:
                 fb.fail(f"{name}: max |error| = {np.max(np.abs(got - want)):.2g}: attend "
                         "over the first N rows of pages table[0], ..., table[T - 1], in runs "
