@@ -541,26 +541,35 @@ def split_kv_decode(
 
 def paged_kv_decode(
     q: np.ndarray, K_cache: np.ndarray, V_cache: np.ndarray,
-    table: np.ndarray, N: int,
+    table: np.ndarray, N: int, n_splits: int,
 ) -> np.ndarray:
-    """Decoding over a paged KV cache (vLLM's PagedAttention, Kwon et
-    al. 2023), one sequence, one head: its keys t P ... t P + P - 1 are
-    page table[t] of the cache; each page is one share of split-KV
-    decoding, its partial state merged as it comes.
+    """Split-KV decoding over a paged KV cache (vLLM's PagedAttention,
+    Kwon et al. 2023), one sequence, one head: its keys t P ... t P + P - 1
+    are page table[t] of the pool; its T = ceil(N / P) pages are cut into
+    ``n_splits`` runs of ceil(T / n_splits) pages, one program each.
 
     q: (n_q, d), K_cache: (n_pages, P, d), V_cache: (n_pages, P, d_v),
-    table: (>= ceil(N / P),) page ids, N: the sequence's length > 0
+    table: (>= T,) page ids, N: the sequence's length > 0
     -> O: (n_q, d_v).
     """
     n_q, d_v, P = len(q), V_cache.shape[2], K_cache.shape[1]
-    state = (np.full(n_q, -np.inf, q.dtype), np.zeros(n_q, q.dtype),
-             np.zeros((n_q, d_v), q.dtype))  # nothing seen yet
-    for t in range(0, -(-N // P)):  # the pages that hold the N keys
-        rows = min(P, N - t * P)  # the last page may be part full
-        K_t = K_cache[table[t]][:rows]  # load page table[t]: (rows, d)
-        V_t = V_cache[table[t]][:rows]  # (rows, d_v)
-        O_t, L_t = flash2_forward(q, K_t, V_t, n_q, P)  # one program
-        state = merge_states(state, (L_t, np.ones(n_q, q.dtype), O_t))
+    T = -(-N // P)  # the pages that hold the N keys
+    per_split = -(-T // n_splits)  # pages per split
+    empty = (np.full(n_q, -np.inf, q.dtype), np.zeros(n_q, q.dtype),
+             np.zeros((n_q, d_v), q.dtype))  # m, l, acc: nothing seen
+    splits = []
+    for s in range(0, T, per_split):  # one program per split
+        state = empty
+        for t in range(s, min(s + per_split, T)):  # its pages, in order
+            rows = min(P, N - t * P)  # the last page may be part full
+            K_t = K_cache[table[t]][:rows]  # page table[t]: (rows, d)
+            V_t = V_cache[table[t]][:rows]  # (rows, d_v)
+            O_t, L_t = flash2_forward(q, K_t, V_t, n_q, P)  # one tile
+            state = merge_states(state, (L_t, np.ones(n_q, q.dtype), O_t))
+        splits.append(state)  # the split's O_s = acc / l, L_s = m + log l
+    state = empty
+    for split in splits:  # the combine: merge the splits' states
+        state = merge_states(state, split)
     _, l, acc = state
     return acc / l[:, None]  # O: (n_q, d_v)
 

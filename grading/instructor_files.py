@@ -239,7 +239,8 @@ MEETINGS = [
     {"title": "The IO model, and beyond FlashAttention-1",
      "chapters": ["io-model", "beyond"],
      "lecture": "25 min: Theorem 2 against a counting memory, the {term}`roofline`; "
-                "{term}`split-KV` decoding and {term}`grouped-query attention`",
+                "{term}`split-KV` decoding, {term}`grouped-query attention` and a "
+                "{term}`KV cache` kept in pages",
      "in_class": ["9.1", "9.3", "11.1"],
      "outcomes": [
          ("count Algorithm 0's and Algorithm 1's HBM traffic, and find the SRAM size below "
@@ -247,7 +248,9 @@ MEETINGS = [
          ("combine the split-KV shares of decoding queries (Flash-Decoding)",
           ["9.4", "11.1"]),
          ("write grouped-query attention and its K/V gradient without a copy of K and V per "
-          "query head", ["11.2", "11.3"])]},
+          "query head", ["11.2", "11.3"]),
+         ("decode over a cache kept in pages: read each run of pages through the sequence's "
+          "{term}`block table` and merge the runs", ["11.4"])]},
 ]
 #: Chapters outside the five meetings: an extension for a class with a GPU, or reading.
 OPTIONAL = ["gpu"]

@@ -1,17 +1,21 @@
 """Decoding over a paged KV cache: :func:`paged_decode_attention`.
 
-A paged KV cache (vLLM's PagedAttention, Kwon et al. 2023: the KV cache "stored in
-non-contiguous paged memory", which allows "flexible sharing of KV cache" between requests)
-stores keys and values as fixed-size pages of ``P`` token positions in one pool shared by every
-sequence; each sequence's row of the *block table* names, in order, the pages that hold its
-keys: key ``t P + r`` of sequence ``b`` is row ``r`` of page ``block_table[b, t]``.  A sequence
-grows a page at a time, and sequences may share pages (a common prompt prefix).  flash-attn's
-``flash_attn_with_kvcache(q, k_cache, v_cache, ..., cache_seqlens=..., block_table=...)``
-takes the same three things (its docstring in flash_attn/flash_attn_interface.py): ``k_cache``
-of shape ``(num_blocks, page_block_size, nheads_k, headdim)`` when there is a block table
-(``page_block_size`` a multiple of 256 there), ``block_table`` of shape ``(batch_size,
-max_num_blocks_per_seq)``, dtype int32, and ``cache_seqlens``, the cache's lengths; it has no
-backward pass ("Does not support backward pass"), and neither has this.
+A paged KV cache (vLLM's PagedAttention, Kwon et al. 2023) stores keys and values as
+fixed-size pages of ``P`` token positions in one pool shared by every sequence, so that no
+sequence needs a contiguous region reserved for its longest possible length; each sequence's
+row of the *block table* names, in order, the pages that hold its keys: key ``t P + r`` of
+sequence ``b`` is row ``r`` of page ``block_table[b, t]``.  A sequence grows a page at a time,
+and sequences may share pages (a common prompt prefix).  vLLM's ``paged_attention_v2`` kernel
+(csrc/attention/paged_attention_v2.cu) takes ``block_tables`` of shape ``[num_seqs,
+max_num_blocks_per_seq]`` and ``seq_lens``, and cuts each sequence into partitions of
+``PARTITION_SIZE`` (512) tokens, one program each, merged by a reduce kernel: the split-KV
+schedule over pages.  flash-attn's ``flash_attn_with_kvcache(q, k_cache, v_cache, ...,
+cache_seqlens=..., block_table=...)`` takes the same three things (its docstring in
+flash_attn/flash_attn_interface.py, commit 0251105a): ``k_cache`` of shape ``(num_blocks,
+page_block_size, nheads_k, headdim)`` when there is a block table (``page_block_size`` a
+multiple of 256 there, also checked in csrc/flash_attn/flash_api.cpp), ``block_table`` of
+shape ``(batch_size, max_num_blocks_per_seq)``, dtype int32, and ``cache_seqlens``, the
+cache's lengths; it has no backward pass (its docstring says so), and neither has this.
 
 The teaching function is :func:`flashlib.algorithms.paged_kv_decode` (one sequence, one head);
 this is its library twin: batched, grouped-query heads, the masks of a KV cache (its lengths,
@@ -40,6 +44,8 @@ def _table_array(block_table: object, n_b: int) -> np.ndarray:
     if table.dtype == np.bool_ or not np.issubdtype(table.dtype, np.integer):
         raise TypeError(f"block_table must be an integer array of page ids (B, max_pages), got "
                         f"dtype {table.dtype}")
+    if table.dtype.kind == "u" and table.size and table.max() > np.iinfo(np.int64).max:
+        raise ValueError(f"block_table names page {table.max()}, beyond any cache's pages")
     if table.ndim != 2 or table.shape[0] != n_b:
         raise ValueError(f"block_table must have shape (B, max_pages) = ({n_b}, ...), one row "
                          f"per sequence of q, got shape {table.shape}")

@@ -4,7 +4,9 @@
 (whose checked library twin is :func:`flashlib.fast.decoding.decode_attention`), as a tree,
 level by level (the chapter's widget draws it), behind the library's checks;
 :func:`kv_cache_bytes` is the size of the cache that grouped-query attention
-(:func:`flashlib.algorithms.grouped_query_attention`) shrinks; :func:`fa3_timeline` is a
+(:func:`flashlib.algorithms.grouped_query_attention`) shrinks; :func:`paged_layout` lays out a
+batch of sequences in a paged KV cache (the pool, each sequence's block table, the pages each
+split of :func:`flashlib.algorithms.paged_kv_decode` reads); :func:`fa3_timeline` is a
 model of FlashAttention-3's schedules (one after the other, ping-pong between two warpgroups,
 the two-stage pipeline inside one), from which the chapter's timeline diagram is drawn.
 """
@@ -12,6 +14,7 @@ the two-stage pipeline inside one), from which the chapter's timeline diagram is
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,6 +29,8 @@ from flashlib.fast.decoding import split_ranges
 __all__ = [
     "split_kv_tree",
     "kv_cache_bytes",
+    "PagedLayout",
+    "paged_layout",
     "fa3_timeline",
     "Interval",
 ]
@@ -77,6 +82,51 @@ def kv_cache_bytes(*, layers: int, kv_heads: int, head_dim: int, tokens: int, it
         ("layers", layers), ("kv_heads", kv_heads), ("head_dim", head_dim), ("tokens", tokens),
         ("itemsize", itemsize), ("batch", batch))]
     return 2 * math.prod(values)
+
+
+class PagedLayout(NamedTuple):
+    """A batch of sequences in a pool of pages (:func:`paged_layout`).
+
+    tables: each sequence's block table, its page ids in order; owner: for each page of the
+    pool, (sequence, logical block) or None when free; rows: the positions used in each page;
+    splits: for each sequence, the split that reads each of its logical blocks (0-based)."""
+
+    tables: list[list[int]]
+    owner: list[tuple[int, int] | None]
+    rows: list[int]
+    splits: list[list[int]]
+
+
+def paged_layout(lengths: list[int], page_size: int, n_splits: int, spare: int = 0
+                 ) -> PagedLayout:
+    """Sequences of ``lengths`` tokens grown one token per step, all at once, in a pool of
+    pages of ``page_size`` positions: a sequence whose page is full (or that has none) takes
+    the lowest free page, so the tables interleave; ``spare`` pages stay free.  Each
+    sequence's T = ceil(L / P) pages are cut into ``n_splits`` runs of ceil(T / n_splits)
+    pages, as :func:`flashlib.algorithms.paged_kv_decode` cuts them."""
+    lengths = [check_int(n, "lengths", minimum=0) for n in lengths]
+    page_size = check_int(page_size, "page_size", minimum=1)
+    n_splits = check_int(n_splits, "n_splits", minimum=1)
+    spare = check_int(spare, "spare", minimum=0)
+    tables: list[list[int]] = [[] for _ in lengths]
+    owner: list[tuple[int, int] | None] = []
+    rows: list[int] = []
+    for step in range(max(lengths, default=0)):
+        for b, n in enumerate(lengths):
+            if step >= n:
+                continue
+            if step % page_size == 0:  # a new page: the lowest free one
+                tables[b].append(len(owner))
+                owner.append((b, len(tables[b]) - 1))
+                rows.append(0)
+            rows[tables[b][-1]] += 1
+    owner += [None] * spare
+    rows += [0] * spare
+    splits = []
+    for table in tables:
+        per_split = max(1, -(-len(table) // n_splits))
+        splits.append([t // per_split for t in range(len(table))])
+    return PagedLayout(tables, owner, rows, splits)
 
 
 #: One operation on a timeline: (row, start, stop, kind, label); kind is "matmul" (tensor

@@ -110,10 +110,11 @@ def test_flash1_backward_in_float32_stays_float32():
 
 @settings(max_examples=60, deadline=None)
 @given(N=st.integers(1, 60), P=st.integers(1, 17), n_q=st.integers(1, 3),
-       spare=st.integers(0, 6), seed=st.integers(0, 2**16))
-def test_paged_decode_equals_contiguous_decoding(N, P, n_q, spare, seed):
+       spare=st.integers(0, 6), n_splits=st.integers(1, 9), seed=st.integers(0, 2**16))
+def test_paged_decode_equals_contiguous_decoding(N, P, n_q, spare, n_splits, seed):
     """Any page size, any order of the pages in the pool, any length (a part-full last page),
-    a table longer than needed (its tail never read, here -1)."""
+    any number of splits (more splits than pages included), a table longer than needed (its
+    tail never read, here -1)."""
     rng = np.random.default_rng(seed)
     used = -(-N // P)
     n_pages = used + spare
@@ -123,7 +124,7 @@ def test_paged_decode_equals_contiguous_decoding(N, P, n_q, spare, seed):
     q = rng.standard_normal((n_q, 8))
     K = K_cache[table[:used]].reshape(-1, 8)[:N]  # the sequence's keys, contiguous
     V = V_cache[table[:used]].reshape(-1, 5)[:N]
-    got = paged_kv_decode(q, K_cache, V_cache, table, N)
+    got = paged_kv_decode(q, K_cache, V_cache, table, N, n_splits)
     assert max_err(got, standard_attention(q, K, V)) <= 1e-12
     assert max_err(got, split_kv_decode(q, K, V, used, P)) <= 1e-12
 
@@ -150,3 +151,20 @@ def test_dropout_adds_no_hbm_traffic(case):
             mem.run(fn, *arrays, *shape[4:])
         counts.append((mem.traffic.reads, mem.traffic.writes))
     assert counts[0] == counts[1] and counts[2] == counts[3]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_paged_decode_with_scores_in_the_thousands(dtype):
+    """The teaching function on the library's edge: pages whose logsumexps differ by
+    thousands, a part-full last page, 3 splits over 7 pages."""
+    rng = np.random.default_rng(7)
+    N, P = 50, 8
+    K_cache = rng.standard_normal((9, P, 16)).astype(dtype)
+    V_cache = rng.standard_normal((9, P, 16)).astype(dtype)
+    table = rng.permutation(9)[:7]
+    q = (300 * rng.standard_normal((2, 16))).astype(dtype)
+    K, V = K_cache[table].reshape(-1, 16)[:N], V_cache[table].reshape(-1, 16)[:N]
+    got = paged_kv_decode(q, K_cache, V_cache, table, N, 3)
+    ref = standard_attention(*(x.astype(np.float64) for x in (q, K, V)))
+    assert got.dtype == dtype and np.isfinite(got).all()
+    assert max_err(got, ref) <= (1e-12 if dtype == np.float64 else 1e-4)

@@ -78,8 +78,9 @@ def test_equals_the_teaching_function():
     q = rng.standard_normal((2, 1, 2, 8))
     got = paged_decode_attention(q, k_pages, v_pages, table, key_lengths=[23, 7])
     for b, n in enumerate((23, 7)):
-        ref = paged_kv_decode(q[b, 0], k_pages[:, 0], v_pages[:, 0], table[b], n)
-        assert max_err(got[b, 0], ref) <= 1e-12
+        for n_splits in (1, 2, 5):
+            ref = paged_kv_decode(q[b, 0], k_pages[:, 0], v_pages[:, 0], table[b], n, n_splits)
+            assert max_err(got[b, 0], ref) <= 1e-12
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
@@ -144,3 +145,39 @@ def test_check_block_table_names_the_short_row():
     with pytest.raises(ValueError, match=r"block_table row 1 holds 2 pages of 4 keys, fewer "
                                          r"than key_lengths\[1\] = 9"):
         check_block_table(np.array([[0, 1], [2, 3]]), np.array([3, 9]), 5, 4)
+
+
+@pytest.mark.parametrize("table_dtype", [np.int32, np.int64, np.uint8, np.int16])
+def test_any_integer_table_and_unread_padding(table_dtype):
+    """Any integer dtype holds the same table; entries past a sequence's pages are never read,
+    whatever they hold (here page ids far outside the pool)."""
+    rng = np.random.default_rng(5)
+    k_pages, v_pages, table, K, V = _cache(rng, 2, 1, [9, 4], 4, 8, 8)
+    table = np.where(table < 0, 99, table).astype(table_dtype)
+    q = rng.standard_normal((2, 1, 1, 8))
+    L = np.array([9, 4])
+    got = paged_decode_attention(q, k_pages, v_pages, table, key_lengths=L)
+    assert max_err(got, decode_attention(q, K, V, key_lengths=L)) <= 1e-12
+
+
+def test_a_page_id_beyond_int64_is_refused_by_name():
+    table = np.array([[0, 1, 2, 2**64 - 1], [3, 4, 5, 6]], dtype=np.uint64)
+    with pytest.raises(ValueError, match="block_table names page 18446744073709551615"):
+        _bad_call(block_table=table)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_scores_in_the_thousands(dtype):
+    """Pages whose logsumexps differ by thousands: exp(L_s) alone would overflow; the merge
+    of the pages' states does not."""
+    rng = np.random.default_rng(6)
+    k_pages, v_pages, table, K, V = _cache(rng, 2, 2, [50, 23], 8, 16, 16, dtype=dtype)
+    q = (300 * rng.standard_normal((2, 2, 1, 16))).astype(dtype)
+    L = np.array([50, 23])
+    got = paged_decode_attention(q, k_pages, v_pages, table, key_lengths=L)
+    ref = decode_attention(*(x.astype(np.float64) for x in (q, K, V)), key_lengths=L)
+    assert np.isfinite(got).all()
+    if dtype == np.float64:
+        assert max_err(got, ref) <= 1e-12
+    else:
+        assert_error_within(got, decode_attention(q, K, V, key_lengths=L), ref, dtype=dtype)

@@ -67,3 +67,31 @@ def test_fa3_timeline_schedules():
                      (("serial", True, 2), "exp_share"), (("serial", 0.5, 0), "tiles")]:
         with pytest.raises(ValueError, match=err):
             fa3_timeline(*bad)
+
+
+@pytest.mark.parametrize(("lengths", "P", "S"), [([13, 40, 27], 8, 2), ([50, 6, 31], 4, 4),
+                                                 ([1], 16, 3), ([0, 5], 1, 2)])
+def test_paged_layout_is_a_consistent_pool(lengths, P, S):
+    """Every page of a table is owned by that sequence's block, only a last page is part
+    full, rows add up to the lengths, and the splits are runs of ceil(T / S) entries."""
+    from flashlib.studies.beyond import paged_layout
+
+    lay = paged_layout(lengths, P, S, spare=3)
+    assert lay.owner[-3:] == [None] * 3 and lay.rows[-3:] == [0] * 3
+    for b, (n, table, splits) in enumerate(zip(lengths, lay.tables, lay.splits, strict=True)):
+        assert len(table) == -(-n // P) == len(splits)
+        assert [lay.owner[p] for p in table] == [(b, t) for t in range(len(table))]
+        assert sum(lay.rows[p] for p in table) == n
+        assert all(lay.rows[p] == P for p in table[:-1])
+        per = max(1, -(-len(table) // S))
+        assert splits == [t // per for t in range(len(table))]
+    assert sorted(p for t in lay.tables for p in t) == list(range(len(lay.owner) - 3))
+
+
+def test_paged_layout_refuses_bad_sizes():
+    from flashlib.studies.beyond import paged_layout
+
+    with pytest.raises(ValueError, match="page_size"):
+        paged_layout([3], 0, 1)
+    with pytest.raises(ValueError, match="n_splits"):
+        paged_layout([3], 4, 0)

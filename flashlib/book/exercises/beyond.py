@@ -8,6 +8,8 @@ Both refuse an answer that lets the library do the exercise (the page imports
 :data:`LIBRARY_ATTENTION` (:func:`flashlib.book.exercises.forbidding`, which also holds in
 the grader's sandbox).
 check_kv_grad          ``kv_grad(dk_rep, h_kv)``: the gradient of a K/V head shared by a group
+check_paged_decode     ``paged_decode(q, K_cache, V_cache, table, N, n_splits)``: split-KV
+                       decoding of one sequence over a paged KV cache, through its block table
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ from flashlib.book.exercises import (
     warned,
 )
 from flashlib.book.exercises.memory import measure_peak
-from flashlib.fast import decoding
+from flashlib.fast import decoding, paged
 
-__all__ = ["check_split_kv", "check_grouped_query", "check_kv_grad"]
+__all__ = ["check_split_kv", "check_grouped_query", "check_kv_grad", "check_paged_decode"]
 
 
 #: The library's attention functions, by the name a learner would import them under: an
@@ -44,7 +46,11 @@ LIBRARY_ATTENTION = {
     "grouped_query_attention": algorithms.grouped_query_attention,
     "split_kv_decode": algorithms.split_kv_decode,
     "decode_attention": decoding.decode_attention,
+    "paged_kv_decode": algorithms.paged_kv_decode,
+    "paged_decode_attention": paged.paged_decode_attention,
 }
+#: The library functions that split and merge for the learner (refused in 11.1 and 11.4).
+MERGING = ("split_kv_decode", "decode_attention", "paged_kv_decode", "paged_decode_attention")
 
 
 def _library_names(*short: str) -> list[str]:
@@ -63,7 +69,7 @@ def _refusing(why: Callable[[str, list], str | None]) -> dict[str, Callable[[lis
 def _split_kv_refusal(n_keys: int, splits: int, short: str, shapes: list) -> str | None:
     """Why a call of the library's ``short`` in split-KV decoding is refused: the ones that
     split and merge, always; the others on all ``n_keys`` keys at once."""
-    if short in ("split_kv_decode", "decode_attention"):
+    if short in MERGING:
         return (f"you called {short}, which splits and merges for you: attend over each "
                 "share yourself (flash_attention(..., return_lse=True) is allowed) and write "
                 "the merge")
@@ -225,3 +231,122 @@ def check_grouped_query(fb: Feedback, fn: Callable[..., np.ndarray]) -> None:
                     "to (..., h_kv, g, n_q, d) so that matmul broadcasts k over the group")
         else:
             fb.ok(f"{name}: {peak / 2**20:.1f} MiB, no copy of K and V per query head")
+
+
+def _paged_refusal(n_keys: int, runs: int, short: str, shapes: list) -> str | None:
+    """Why a library call in paged decoding is refused: the ones that split and merge (or
+    read the pages) for the learner, always; the others on all ``n_keys`` keys at once when
+    the sequence has several runs of pages."""
+    if short in MERGING:
+        return (f"you called {short}, which reads the pages and merges for you: gather each "
+                "run of pages through the table yourself and write the merge")
+    k = shapes[1] if len(shapes) > 1 else None
+    if runs > 1 and k is not None and len(k) >= 2 and k[-2] >= n_keys:
+        return (f"you called {short} on all {n_keys} keys at once: each split attends over "
+                "its own run of pages, and your code merges the runs")
+    return None
+
+
+def _paged_problem(seed: int, n_q: int, N: int, P: int, d: int, d_v: int, spare: int,
+                   logit: float = 1.0) -> tuple[np.ndarray, ...]:
+    """q, a pool of pages (every page different), and a table: the sequence's T pages in a
+    shuffled order that is never the identity, then ``spare`` entries of padding (-1)."""
+    rng = np.random.default_rng(seed)
+    T = -(-N // P)
+    n_pages = T + 3
+    K_cache = rng.standard_normal((n_pages, P, d))
+    K_cache[n_pages // 2:] *= 2.0  # some pages score higher: the runs' L_s differ
+    V_cache = rng.standard_normal((n_pages, P, d_v))
+    order = rng.permutation(n_pages)
+    while np.array_equal(order[:T], np.arange(T)):
+        order = rng.permutation(n_pages)
+    table = np.concatenate([order[:T], np.full(spare, -1)])
+    q = logit * rng.standard_normal((n_q, d))
+    return q, K_cache, V_cache, table
+
+
+def _keys(cache: np.ndarray, pages: np.ndarray, rows: int | None) -> np.ndarray:
+    """The rows of ``pages`` of the pool, one after the other, the first ``rows`` of them."""
+    return cache[pages].reshape(-1, cache.shape[-1])[:rows]
+
+
+def _paged_mistake(got: np.ndarray, q: np.ndarray, K_cache: np.ndarray, V_cache: np.ndarray,
+                   table: np.ndarray, N: int, per_split: int) -> str | None:
+    """What a wrong ``got`` of paged decoding computed, when it is a usual mistake: pages read
+    by logical block, the last page counted as full, the table's padding read, the runs
+    averaged without their logsumexps."""
+    P = K_cache.shape[1]
+    T = -(-N // P)
+    pages = table[:T]
+
+    def over(ids: np.ndarray, rows: int | None) -> np.ndarray:
+        K, V = (_keys(c, ids, None)[:rows] for c in (K_cache, V_cache))
+        return naive_attention(q, K, V)
+
+    def close(x: np.ndarray) -> bool:
+        return bool(np.allclose(got, x, rtol=1e-9, atol=1e-12))
+
+    runs = [over(pages[s:s + per_split], min(N, (s + per_split) * P) - s * P)
+            for s in range(0, T, per_split)]
+    if close(over(np.arange(T), N)):
+        return ("you read page t of the pool for block t of the sequence: block t is page "
+                "table[t]; read the pages through the table")
+    if N % P and close(over(pages, None)):
+        return (f"you counted the last page as full: it holds only N - (T - 1) P = "
+                f"{N - (T - 1) * P} keys; the rest of its {P} rows are not the sequence's")
+    if len(table) > T and close(over(table, None)):
+        return (f"you read every entry of the table: those past the sequence's T = {T} pages "
+                "are padding (-1), and numpy reads page -1 as the last page of the pool; use "
+                "the first ceil(N / P) entries")
+    if len(runs) > 1 and close(np.mean(runs, axis=0)):
+        return ("you averaged the runs' outputs, without their logsumexps: a run whose keys "
+                "score higher must weigh more; weight O_s by exp(L_s - L)")
+    return None
+
+
+@checker("paged split-KV decoding")
+def check_paged_decode(fb: Feedback, fn: Callable[..., np.ndarray]) -> None:
+    """Check ``paged_decode(q, K_cache, V_cache, table, N, n_splits)``: q (n_q, d) over the N
+    keys of one sequence, key j in row j % P of page table[j // P] of K_cache (n_pages, P, d)
+    and V_cache (n_pages, P, d_v), the T = ceil(N / P) table entries cut into runs of
+    ceil(T / n_splits) pages, each attended on its own and merged with the logsumexps."""
+    cases = [
+        ("N = 37 keys in pages of 8 (the last holds 5), 2 splits", 2, (0, 3, 37, 8, 16, 8, 2)),
+        ("N = 64 in 8 full pages of 8, 3 splits", 3, (1, 1, 64, 8, 16, 8, 1)),
+        ("N = 5 in one page of 16, 1 split", 1, (2, 1, 5, 16, 8, 8, 3)),
+        ("pages of one key: N = 9, 4 splits", 4, (3, 2, 9, 1, 8, 4, 0)),
+        ("scores near 2000 (exp(L_s) overflows), N = 100, pages of 16, 3 splits", 3,
+         (4, 1, 100, 16, 16, 8, 1, 200.0)),
+    ]
+    for name, splits, args in cases:
+        with fb.case(name):
+            q, K_cache, V_cache, table = _paged_problem(*args)
+            N, P = args[2], args[3]
+            T = -(-N // P)
+            per_split = -(-T // splits)
+            runs = -(-T // per_split)
+            refusal = functools.partial(_paged_refusal, N, runs)
+            with forbidding(_refusing(refusal)):
+                got, warns = call_learner(fn, q.copy(), K_cache.copy(), V_cache.copy(),
+                                          table.copy(), N, splits)
+            pages = table[:T]
+            want = naive_attention(q, _keys(K_cache, pages, N), _keys(V_cache, pages, N))
+            problem = shape_problem(got, want.shape)
+            if problem:
+                fb.fail(f"{name}: {problem}")
+                continue
+            got = np.asarray(got, dtype=np.float64)
+            if not np.isfinite(got).all():
+                fb.fail(f"{name}: the result holds NaN or inf: weight each run's O_s by "
+                        "exp(L_s - L), L the logsumexp of the L_s, never exp(L_s) alone")
+            elif np.allclose(got, want, rtol=1e-9, atol=1e-12):
+                if warns:
+                    fb.fail(f"{name}: right answer, but {warned(warns[0])}")
+                else:
+                    fb.ok(f"{name}: equals attention over the sequence's keys, contiguous")
+            elif (why := _paged_mistake(got, q, K_cache, V_cache, table, N, per_split)):
+                fb.fail(f"{name}: {why}")
+            else:
+                fb.fail(f"{name}: max |error| = {np.max(np.abs(got - want)):.2g}: attend "
+                        "over the first N rows of pages table[0], ..., table[T - 1], in runs "
+                        "of ceil(T / n_splits) pages, merged by O = sum_s exp(L_s - L) O_s")

@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from flashlib import flash_attention
-from flashlib.book.exercises.beyond import check_grouped_query, check_kv_grad, check_split_kv
+from flashlib.algorithms import paged_kv_decode
+from flashlib.book.exercises.beyond import (
+    check_grouped_query,
+    check_kv_grad,
+    check_paged_decode,
+    check_split_kv,
+)
 from flashlib.book.exercises.registry import Mistake, declare_mistakes
 
 # ---- 11.1 split-KV ---------------------------------------------------------------------------
@@ -125,4 +131,73 @@ declare_mistakes(
     Mistake("interleaved heads", (interleaved,), ("consecutive",)),
     Mistake("the first head of each group", (first,), ("add them all",)),
     Mistake("not reduced", (unchanged,), ("has shape",)),
+)
+
+
+# ---- 11.4 paged split-KV decoding ------------------------------------------------------------
+
+def _paged(q, K_cache, V_cache, table, N, n_splits, pages="table", rows="N", merge="lse"):
+    P, d, d_v = K_cache.shape[1], K_cache.shape[2], V_cache.shape[2]
+    T = -(-N // P) if pages != "all" else len(table)
+    ids = np.arange(T) if pages == "logical" else np.asarray(table)[:T]
+    per_split = -(-T // n_splits)
+    outs, lses = [], []
+    for s in range(0, T, per_split):
+        run = ids[s:s + per_split]
+        stop = min(N, (s + per_split) * P) - s * P if rows == "N" else None
+        K_s = K_cache[run].reshape(-1, d)[:stop]
+        V_s = V_cache[run].reshape(-1, d_v)[:stop]
+        O_s, L_s = flash_attention(q, K_s, V_s, return_lse=True)
+        outs.append(O_s)
+        lses.append(L_s)
+    O, L = np.stack(outs), np.stack(lses)
+    if merge == "mean":
+        return O.mean(axis=0)
+    if merge == "raw":
+        w = np.exp(L)
+        return (w[..., None] * O).sum(0) / w.sum(0)[:, None]
+    L_all = np.logaddexp.reduce(L, axis=0)
+    return (np.exp(L - L_all)[..., None] * O).sum(axis=0)
+
+
+def logical_blocks(q, K_cache, V_cache, table, N, n_splits):
+    return _paged(q, K_cache, V_cache, table, N, n_splits, pages="logical")
+
+
+def last_page_full(q, K_cache, V_cache, table, N, n_splits):
+    return _paged(q, K_cache, V_cache, table, N, n_splits, rows="all")
+
+
+def whole_table(q, K_cache, V_cache, table, N, n_splits):
+    return _paged(q, K_cache, V_cache, table, N, n_splits, pages="all", rows="all")
+
+
+def runs_averaged(q, K_cache, V_cache, table, N, n_splits):
+    return _paged(q, K_cache, V_cache, table, N, n_splits, merge="mean")
+
+
+def runs_weighted_exp_l(q, K_cache, V_cache, table, N, n_splits):
+    return _paged(q, K_cache, V_cache, table, N, n_splits, merge="raw")
+
+
+def teaching_function(q, K_cache, V_cache, table, N, n_splits):
+    return paged_kv_decode(q, K_cache, V_cache, table, N, n_splits)
+
+
+def gathered_at_once(q, K_cache, V_cache, table, N, n_splits):
+    T = -(-N // K_cache.shape[1])
+    K = K_cache[table[:T]].reshape(-1, K_cache.shape[2])[:N]
+    V = V_cache[table[:T]].reshape(-1, V_cache.shape[2])[:N]
+    return flash_attention(q, K, V)
+
+
+declare_mistakes(
+    check_paged_decode,
+    Mistake("pages indexed by logical block", (logical_blocks,), ("page table[t]",)),
+    Mistake("the last page counted as full", (last_page_full,), ("counted the last page",)),
+    Mistake("the padding read as pages", (whole_table,), ("page -1",)),
+    Mistake("runs merged without their lse", (runs_averaged,), ("without their logsumexps",)),
+    Mistake("weights exp(L_s)", (runs_weighted_exp_l,), ("exp(L_s - L)", "NaN or inf")),
+    Mistake("the teaching function", (teaching_function,), ("you called paged_kv_decode",)),
+    Mistake("no split", (gathered_at_once,), ("on all 37 keys at once",)),
 )
