@@ -21,13 +21,14 @@ check_stage_bounds         10.9 ``stage_bounds(i, B_r, B_c, N_K)``: where the tw
 triton_stand_ins           stand-ins for ``triton`` and ``triton.language`` where triton cannot
                            run, so that the exercise cells still define their functions
 
-A piece (10.1-10.3, 10.9) is checked twice: alone, in a four-line probe kernel that calls it on chosen
-inputs (:mod:`flashlib.gpu.exercise_kernels`), which names the mistake; and inside the library's
-own forward kernel (:func:`flashlib.gpu.kernels.kernel_with`; 10.9: the two-stage causal
-kernel of :mod:`flashlib.gpu.staged_kernels`), against a float64 reference (or torch's SDPA) on
-ragged shapes.  A whole kernel (10.4-10.8; the backward's against torch autograd) gets its arrays as views with padded rows inside
-NaN-filled buffers (:func:`flashlib.gpu.watch.guarded`), so that a wrong stride or a missing
-mask shows; in Triton's interpreter every load and store is watched
+A piece (10.1-10.3, 10.9) is checked twice: alone, in a four-line probe kernel that calls it
+on chosen inputs (:mod:`flashlib.gpu.exercise_kernels`), which names the mistake; and inside
+the library's own kernel (:func:`flashlib.gpu.kernels.kernel_with`: the forward kernel, or for
+10.9 the two-stage causal kernel of :mod:`flashlib.gpu.staged_kernels`), against a float64
+reference (or torch's SDPA) on ragged shapes.  A whole kernel (10.4-10.8; the backward's
+against torch autograd) gets its arrays as views with padded rows inside NaN-filled buffers
+(:func:`flashlib.gpu.watch.guarded`), so that a wrong stride or a missing mask shows; in
+Triton's interpreter every load and store is watched
 (:class:`flashlib.gpu.watch.MemoryWatch`) and an access outside the arrays is named in the
 arrays' own indices.  Without a GPU everything runs in the interpreter (seconds); compiled on
 a GPU, the cases that need tiles narrower than 16 are left out (``tl.dot`` needs 16).
@@ -1062,7 +1063,7 @@ def _backward_with_delta(q, k, v, o, L, do, Delta) -> tuple[np.ndarray, ...]:
     return tuple(g[0].cpu().numpy() for g in grads)
 
 
-@checker("the backward's preprocessing kernel: D")
+@checker("the backward's preprocessing kernel (D)")
 def check_delta_kernel(fb: Feedback, kernel: Any) -> None:
     """Check ``delta_kernel(O, dO, Delta, stride, N_Q, B_r, D)`` launched on the grid
     ``(cdiv(N_Q, B_r),)``: program p writes Delta[i] = sum(dO[i] * O[i]) for its block of
