@@ -1048,9 +1048,9 @@ _DELTA_HINTS = {
 }
 
 
-@learner_side
 def _backward_with_delta(q, k, v, o, L, do, Delta) -> tuple[np.ndarray, ...]:
-    """dQ, dK, dV by the library's dK/dV and dQ kernels reading ``Delta`` (the learner's D)."""
+    """dQ, dK, dV by the library's dK/dV and dQ kernels reading ``Delta`` (the values the
+    learner's kernel stored: data, so this runs on the checker's side)."""
     import torch
 
     from flashlib.gpu import require_kernels
