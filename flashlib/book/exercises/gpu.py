@@ -1236,8 +1236,9 @@ def _stage_diagnosis(bounds: list[tuple[int, int]], n_k: int, B_r: int, B_c: int
                 f"expected {want}")
         if split > want[0] and split > i:
             return (f"{said}: the unmasked stage runs into the diagonal: keys {i} .. "
-                    f"{i + B_r - 1} are hidden from some rows of the block (row {i} sees only "
-                    f"key {i} of them), so they need the mask: the unmasked stage stops at i")
+                    f"{min(i + B_r, n_k) - 1} are hidden from some rows of the block (row {i} "
+                    f"sees only key {i} of them), so they need the mask: the unmasked stage "
+                    "stops at i")
         if split > want[0]:
             return (f"{said}: the key block cut by N_K (keys {whole} .. {n_k - 1}) is in the "
                     "unmasked stage, where nothing stops at N_K: it belongs to the masked "
