@@ -223,9 +223,9 @@ def solutions(source: Path) -> dict[str, str]:
                 summary = SOLUTION_SUMMARY.search(part)
                 if summary:
                     open_number = summary["number"]
-                if open_number is not None:
+                if open_number is not None:  # the solution's blocks, not those after it
                     found.setdefault(open_number, []).extend(
-                        m["code"] for m in PYTHON_BLOCK.finditer(part))
+                        m["code"] for m in PYTHON_BLOCK.finditer(part.split("</details>")[0]))
                 if "</details>" in part:
                     open_number = None
         elif cell.cell_type == "code":

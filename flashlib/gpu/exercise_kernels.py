@@ -12,7 +12,9 @@ calls (:func:`~flashlib.gpu.kernels.key_end`, :func:`~flashlib.gpu.kernels.visib
 - probes: four-line kernels that run one helper on given inputs and store what it returns,
   so that a checker can look at a reader's piece on its own: :func:`key_ends` (where each
   program's loop would stop), :func:`visible_block` (one tile's mask) and :func:`step_once`
-  (one step of the online softmax from a given state).
+  (one step of the online softmax from a given state), and :func:`stage_bounds_of` (where
+  the two-stage causal kernel's stages split each program's keys,
+  :func:`flashlib.gpu.staged_kernels.stage_bounds`).
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ import triton.language as tl
 from flashlib.gpu.device import require_kernels
 from flashlib.gpu.grid import cdiv
 from flashlib.gpu.kernels import kernel_with, key_end, online_softmax_step, visible_keys
+from flashlib.gpu.staged_kernels import stage_bounds
 
 __all__ = ["key_end_all_tiles", "visible_keys_with_bug", "key_end_probe", "key_ends",
-           "visible_probe", "visible_block", "step_probe", "step_once"]
+           "visible_probe", "visible_block", "step_probe", "step_once", "stage_bounds_probe",
+           "stage_bounds_of"]
 
 
 @triton.jit
@@ -121,3 +125,27 @@ def step_once(S: np.ndarray, V: np.ndarray, m: np.ndarray, l: np.ndarray, acc: n
     probe = kernel_with(step_probe, online_softmax_step=step_fn) if step_fn else step_probe
     probe[(1,)](*ins, *outs, B_r=B_r, B_c=B_c, D=D)
     return tuple(x.cpu().numpy() for x in outs)
+
+
+@triton.jit
+def stage_bounds_probe(Out, N_K, B_r: tl.constexpr, B_c: tl.constexpr):
+    """Program p stores stage_bounds(p * B_r, B_r, B_c, N_K), (split, end), at Out[2p], Out[2p+1]
+    (the library's stage_bounds, or the one :func:`stage_bounds_of` puts in its place)."""
+    p = tl.program_id(0)
+    split, end = stage_bounds(p * B_r, B_r, B_c, N_K)
+    tl.store(Out + 2 * p, split)
+    tl.store(Out + 2 * p + 1, end)
+
+
+def stage_bounds_of(n_q: int, n_k: int, B_r: int, B_c: int,
+                    stage_bounds_fn=None) -> list[tuple[int, int]]:
+    """(split, end) of each of the ceil(n_q / B_r) programs of the two-stage causal kernel, by
+    ``stage_bounds_fn`` (a ``@triton.jit`` function ``stage_bounds(i, B_r, B_c, N_K)``; the
+    library's when None)."""
+    caps = require_kernels()
+    out = torch.full((2 * cdiv(n_q, B_r),), -1, dtype=torch.int32, device=caps.device)
+    probe = (kernel_with(stage_bounds_probe, stage_bounds=stage_bounds_fn) if stage_bounds_fn
+             else stage_bounds_probe)
+    probe[(cdiv(n_q, B_r),)](out, n_k, B_r=B_r, B_c=B_c)
+    got = out.cpu().tolist()
+    return list(zip(got[0::2], got[1::2], strict=True))

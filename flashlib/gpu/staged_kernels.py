@@ -32,8 +32,8 @@ from flashlib.gpu.device import require_kernels
 from flashlib.gpu.grid import cdiv, head_dim_block
 from flashlib.gpu.kernels import online_softmax_step, visible_keys
 
-__all__ = ["flash2_backward_preprocess_kernel", "flash2_causal_forward_kernel", "delta",
-           "causal_forward", "backward", "causal_stages"]
+__all__ = ["flash2_backward_preprocess_kernel", "stage_bounds", "flash2_causal_forward_kernel",
+           "delta", "causal_forward", "backward", "causal_stages"]
 
 _LN2 = tl.constexpr(LN2)
 
@@ -55,6 +55,16 @@ def flash2_backward_preprocess_kernel(
                    mask=mask, other=0.0).to(tl.float32)
     tl.store(Delta + bh * N_Q + rows, tl.sum(dO_i * O_i, 1),  # np.sum(dO_i * O_i, axis=1)
              mask=rows < N_Q)
+
+
+@triton.jit
+def stage_bounds(i, B_r, B_c, N_K):
+    """Where the two stages of the query block of rows i .. i + B_r - 1 split its keys:
+    stage 1 (no mask) runs over the key blocks [0, split), stage 2 (masked) over
+    [split, end)."""
+    split = tl.minimum(i, (N_K // B_c) * B_c)  # whole blocks below the diagonal
+    end = tl.minimum(i + B_r, N_K)  # the diagonal's last key, + 1
+    return split, end
 
 
 @triton.jit
@@ -98,13 +108,13 @@ def flash2_causal_forward_kernel(
     m_i = tl.full([B_r], float("-inf"), tl.float32)
     l_i = tl.zeros([B_r], tl.float32)
     acc = tl.zeros([B_r, D], tl.float32)
-    split = tl.minimum(i, (N_K // B_c) * B_c)  # whole key blocks below the diagonal
+    split, end = stage_bounds(i, B_r, B_c, N_K)
     m_i, l_i, acc = _attend_keys(Q_i, K, V, bh, rows, dims, dim_ok, stride_kh, stride_kn,
                                  stride_vh, stride_vn, 0, split, N_K, qk_scale, m_i, l_i,
                                  acc, B_c, False, PRECISION)  # stage 1: no mask
     m_i, l_i, acc = _attend_keys(Q_i, K, V, bh, rows, dims, dim_ok, stride_kh, stride_kn,
-                                 stride_vh, stride_vn, split, tl.minimum(i + B_r, N_K), N_K,
-                                 qk_scale, m_i, l_i, acc, B_c, True, PRECISION)  # stage 2
+                                 stride_vh, stride_vn, split, end, N_K, qk_scale, m_i, l_i,
+                                 acc, B_c, True, PRECISION)  # stage 2: the diagonal, masked
     tl.store(O + bh * stride_oh + rows[:, None] * stride_on + dims[None, :],
              (acc / l_i[:, None]).to(O.dtype.element_ty),
              mask=row_ok[:, None] & dim_ok[None, :])
@@ -153,16 +163,20 @@ def delta(o: torch.Tensor, do: torch.Tensor, block: int = 16) -> torch.Tensor:
 
 def causal_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
                    blocks: tuple[int, int] = (32, 16), precision: str = "ieee",
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+                   stage_bounds_fn=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal (top-left) attention of (B*H, n, d) tensors by the two-stage kernel -> o and the
-    natural logsumexp L (B*H, n_q), float32."""
+    natural logsumexp L (B*H, n_q), float32.  ``stage_bounds_fn``: a ``@triton.jit`` function
+    in place of :func:`stage_bounds` (the GPU chapter's checker runs a reader's in it)."""
     require_kernels()
+    kernel = flash2_causal_forward_kernel
+    if stage_bounds_fn is not None:
+        kernel = kernels.kernel_with(kernel, stage_bounds=stage_bounds_fn)
     b_r, b_c = _blocks(blocks)
     q, k, v = _heads(q, "q"), _heads(k, "k"), _heads(v, "v")
     BH, N_Q, d = q.shape
     o = torch.empty_like(q)
     L = torch.empty((BH, N_Q), device=q.device, dtype=torch.float32)
-    flash2_causal_forward_kernel[(cdiv(N_Q, b_r), BH)](
+    kernel[(cdiv(N_Q, b_r), BH)](
         q, k, v, o, L, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0),
         v.stride(1), o.stride(0), o.stride(1), N_Q, k.shape[1], d, scale * LOG2E,
         B_r=b_r, B_c=b_c, D=head_dim_block(d),
@@ -171,17 +185,26 @@ def causal_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
 
 
 def backward(q, k, v, o, L, do, causal: bool, scale: float, blocks: tuple[int, int] = (16, 16),
-             precision: str = "ieee") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             precision: str = "ieee", D_rows: torch.Tensor | None = None,
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv of ``sum(do * o)`` on (B*H, n, d) tensors by three kernels: the
     preprocessing kernel (D), the dK/dV kernel (a program per key block, looping over query
-    blocks) and the dQ kernel (a program per query block, looping over key blocks)."""
+    blocks) and the dQ kernel (a program per query block, looping over key blocks).
+    ``D_rows``: D (B*H, n_q) float32 computed elsewhere, in place of the preprocessing
+    kernel's (the GPU chapter's checker passes a reader's)."""
     require_kernels()
     b_r, b_c = blocks
     q, k, v, o, do = (_heads(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (o, "o"),
                                                 (do, "do")))
     BH, N_Q, d = q.shape
     N_K = k.shape[1]
-    D_rows = delta(o, do, b_r)
+    if D_rows is None:
+        D_rows = delta(o, do, b_r)
+    elif tuple(D_rows.shape) != (BH, N_Q) or D_rows.dtype != torch.float32:
+        raise ValueError(f"D_rows must be a ({BH}, {N_Q}) float32 tensor, got "
+                         f"{tuple(D_rows.shape)} {D_rows.dtype}")
+    else:
+        D_rows = D_rows.contiguous()
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     prec = precision if q.dtype == torch.float32 else "tf32"
     opts = dict(B_r=b_r, B_c=b_c, D=head_dim_block(d), CAUSAL=causal, PRECISION=prec)

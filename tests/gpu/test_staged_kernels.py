@@ -127,3 +127,29 @@ def test_bad_blocks_are_refused():
     with pytest.raises(ValueError, match="o and do must have one shape"):
         sk.delta(q, q[:, :2])
 
+
+
+def test_stage_bounds_probe_matches_causal_stages():
+    """The kernel's stage_bounds, run alone by the GPU chapter's probe, splits the keys as
+    causal_stages (the same arithmetic in Python) says."""
+    from flashlib.gpu.exercise_kernels import stage_bounds_of
+
+    for n_q, n_k, B_r, B_c in [(64, 64, 32, 16), (70, 45, 32, 16), (50, 21, 32, 16)]:
+        got = stage_bounds_of(n_q, n_k, B_r, B_c)
+        for p, (split, end) in enumerate(got):
+            unmasked, masked = sk.causal_stages(p * B_r, n_k, B_r, B_c)
+            assert (unmasked.stop, masked.stop) == (split, end)
+
+
+def test_backward_reads_a_given_delta():
+    """backward(..., D_rows=) uses that D instead of its preprocessing kernel's: the same
+    gradients from the right D, other ones from a wrong D, and a D of the wrong shape refused."""
+    q, k, v, do = _qkv(1, 20, 20, 16, seed=4)
+    o, lse = sk.causal_forward(q, k, v, 0.25, blocks=(16, 16))
+    right = sk.backward(q, k, v, o, lse, do, True, 0.25)
+    given = sk.backward(q, k, v, o, lse, do, True, 0.25, D_rows=sk.delta(o, do))
+    assert all(torch.equal(a, b) for a, b in zip(right, given, strict=True))
+    wrong = sk.backward(q, k, v, o, lse, do, True, 0.25, D_rows=torch.zeros(1, 20))
+    assert _err(wrong[0], right[0]) > 1e-3
+    with pytest.raises(ValueError, match="D_rows must be a"):
+        sk.backward(q, k, v, o, lse, do, True, 0.25, D_rows=torch.zeros(20))

@@ -10,15 +10,25 @@ check_softmax_kernel       10.4 ``softmax_kernel(X, Y, stride_x, stride_y, n_col
 check_attention_kernel     10.5 ``attention_kernel(Q, K, V, O, stride_q, stride_k, stride_v,
                            stride_o, N_Q, N_K, qk_scale, B_r, B_c, D)`` and its launch grid
                            ``grid(N_Q, B_r)``: a forward kernel from its signature
+check_delta_kernel         10.6 ``delta_kernel(O, dO, Delta, stride, N_Q, B_r, D)``: the
+                           backward's preprocessing kernel, D = rowsum(dO * O)
+check_dkdv_kernel          10.7 ``dkdv_kernel(Q, K, V, dO, L, Delta, dK, dV, stride, N_Q, N_K,
+                           qk_scale, scale, B_r, B_c, D)``: a program per key block
+check_dq_kernel            10.8 ``dq_kernel(Q, K, V, dO, L, Delta, dQ, stride, ...)``: a program
+                           per query block
+check_stage_bounds         10.9 ``stage_bounds(i, B_r, B_c, N_K)``: where the two-stage causal
+                           kernel's unmasked and masked stages split the keys
 triton_stand_ins           stand-ins for ``triton`` and ``triton.language`` where triton cannot
                            run, so that the exercise cells still define their functions
 
-A piece (10.1-10.3) is checked twice: alone, in a four-line probe kernel that calls it on chosen
-inputs (:mod:`flashlib.gpu.exercise_kernels`), which names the mistake; and inside the library's
-own forward kernel (:func:`flashlib.gpu.kernels.kernel_with`), against a float64 reference on
-ragged shapes.  A whole kernel (10.4, 10.5) gets its arrays as views with padded rows inside
-NaN-filled buffers (:func:`flashlib.gpu.watch.guarded`), so that a wrong stride or a missing
-mask shows; in Triton's interpreter every load and store is watched
+A piece (10.1-10.3, 10.9) is checked twice: alone, in a four-line probe kernel that calls it
+on chosen inputs (:mod:`flashlib.gpu.exercise_kernels`), which names the mistake; and inside
+the library's own kernel (:func:`flashlib.gpu.kernels.kernel_with`: the forward kernel, or for
+10.9 the two-stage causal kernel of :mod:`flashlib.gpu.staged_kernels`), against a float64
+reference (or torch's SDPA) on ragged shapes.  A whole kernel (10.4-10.8; the backward's
+against torch autograd) gets its arrays as views with padded rows inside NaN-filled buffers
+(:func:`flashlib.gpu.watch.guarded`), so that a wrong stride or a missing mask shows; in
+Triton's interpreter every load and store is watched
 (:class:`flashlib.gpu.watch.MemoryWatch`) and an access outside the arrays is named in the
 arrays' own indices.  Without a GPU everything runs in the interpreter (seconds); compiled on
 a GPU, the cases that need tiles narrower than 16 are left out (``tl.dot`` needs 16).
@@ -26,7 +36,7 @@ a GPU, the cases that need tiles narrower than 16 are left out (``tl.dot`` needs
 Without torch or triton (or with triton imported before flashlib.gpu) a checker says so in
 one line instead of running; it never raises because of the learner's code.
 
-Over 500 lines (about 880): one checker per exercise, whose cases and diagnoses are code;
+Over 500 lines (about 1,300): one checker per exercise, whose cases and diagnoses are code;
 the mistakes each must catch are data, in mistakes/gpu.py.
 """
 
@@ -44,7 +54,8 @@ from flashlib.book.exercises.grader_adapter import learner_side
 from flashlib.core.constants import LOG2E
 
 __all__ = ["TOLERANCE", "check_online_softmax_step", "check_key_end", "check_visible_keys",
-           "check_softmax_kernel", "check_attention_kernel", "triton_stand_ins"]
+           "check_softmax_kernel", "check_attention_kernel", "check_delta_kernel",
+           "check_dkdv_kernel", "check_dq_kernel", "check_stage_bounds", "triton_stand_ins"]
 
 #: Largest accepted error against the float64 reference, per input dtype, relative to
 #: max(1, max|o|): float32 is exact up to a few roundings, float16 inputs and P rounded to
@@ -603,29 +614,55 @@ class _Seen:
         return list(self._rows.get(f"{kind} {array} {program[0]}", []))
 
 
+def _guard(x: np.ndarray, rows: int, cols: int, device: str) -> tuple[Any, Any]:
+    """(view, buffer): a matrix as :func:`flashlib.gpu.watch.guarded` makes it, a vector as
+    the first n entries of a NaN-filled buffer ``rows`` longer."""
+    import torch
+
+    from flashlib.gpu.watch import guarded
+
+    if np.ndim(x) != 1:
+        return guarded(x, rows=rows, cols=cols, device=device)
+    x = np.ascontiguousarray(x)
+    buffer = torch.full((len(x) + rows,), float("nan"), dtype=torch.from_numpy(x[:0]).dtype,
+                        device=device)
+    view = buffer[: len(x)]
+    view.copy_(torch.from_numpy(x))
+    return view, buffer
+
+
+def _touched_rows(watch: Any, kind: str, name: str, program: tuple) -> list[int]:
+    """The rows of a matrix (entries of a vector) ``program`` loaded or stored."""
+    return sorted({ix[-2] if len(ix) > 1 else ix[0]
+                   for ix in watch.touched(kind, name, program)})
+
+
 @learner_side
-def _watched_launch(kernel: Any, grid: Any, arrays: list, scalars: tuple, constexprs: dict
-                    ) -> tuple[list, Any]:
+def _watched_launch(kernel: Any, grid: Any, arrays: list, scalars: tuple, constexprs: dict,
+                    one_stride: bool = False) -> tuple[list, Any]:
     """Launch the learner's ``kernel`` on ``grid`` with ``arrays`` ((name, numpy array, padding
     rows, padding columns), each a view with padded rows inside a NaN-filled buffer,
     :func:`flashlib.gpu.watch.guarded`), then their row strides, ``scalars`` and
-    ``constexprs``, every access watched in the interpreter.  Returns (the arrays as they are
-    after the launch, what the watch saw or None when compiled).  In the grader it runs where
-    the learner's kernel is."""
+    ``constexprs``, every access watched in the interpreter.  A 1-D array (a vector) is passed
+    without a stride; ``one_stride``: the matrices share one row stride, passed once.
+    Returns (the arrays as they are after the launch, what the watch saw or None when
+    compiled).  In the grader it runs where the learner's kernel is."""
     from flashlib.gpu import require_kernels
-    from flashlib.gpu.watch import guarded
 
     device = require_kernels().device
-    views = {name: guarded(x, rows=rows, cols=cols, device=device)
-             for name, x, rows, cols in arrays}
-    args = [view for view, _ in views.values()] + [view.stride(0) for view, _ in views.values()]
+    views = {name: _guard(x, rows, cols, device) for name, x, rows, cols in arrays}
+    strides = [view.stride(0) for view, _ in views.values() if view.dim() == 2]
+    if one_stride:
+        assert len(set(strides)) == 1, strides  # the checker's arrays: one width, one padding
+        strides = strides[:1]
+    args = [view for view, _ in views.values()] + strides
     with _watched(views) as watch:
         _launching(_launch, kernel, tuple(grid), *args, *scalars, **constexprs)
     after = [view.cpu().numpy() for view, _ in views.values()]
     if watch is None:
         return after, None
     programs = watch.programs()
-    rows = {f"{kind} {name} {p[0]}": watch.rows(kind, name, p)
+    rows = {f"{kind} {name} {p[0]}": _touched_rows(watch, kind, name, p)
             for kind in ("load", "store") for name in views for p in programs}
     outside = [(list(a.program), a.kind, a.array, None if a.index is None else list(a.index))
                for a in watch.outside[:20]]
@@ -636,11 +673,12 @@ def _seen(result: Any) -> _Seen | None:
     return None if result is None else _Seen(*result)
 
 
-def _outside_problem(watch: Any, shapes: dict[str, tuple[int, int]], masks: dict[str, str],
-                     own_row_mask: bool = False) -> str | None:
+def _outside_problem(watch: Any, shapes: dict[str, tuple[int, ...]], masks: dict[str, str],
+                     own_row_mask: bool = False, stride: str | None = None) -> str | None:
     """The first access outside the arrays, in words.  ``masks``: per array, the mask that
     keeps its accesses inside.  ``own_row_mask``: a row-wise kernel (program r, row r), where
-    columns past the row's end in program r's own row mean a missing column mask."""
+    columns past the row's end in program r's own row mean a missing column mask.
+    ``stride``: the name of the one row stride all matrices share (else one per array)."""
     if watch is None or not watch.outside:
         return None
     bad = watch.outside[0]
@@ -651,6 +689,10 @@ def _outside_problem(watch: Any, shapes: dict[str, tuple[int, int]], masks: dict
     if bad.array is None:
         return (f"{who} {verb} memory outside every array it was given: check the pointer "
                 "arithmetic (base + row * stride + column)")
+    if len(shapes[bad.array]) == 1:
+        n, r = shapes[bad.array][0], bad.index[0]
+        return (f"{who} {verb} {bad.array}[{r}], but {bad.array} has entries 0 .. {n - 1}: "
+                f"{fix} ({masks[bad.array]})")
     n, width = shapes[bad.array]
     r, c = bad.index[-2], bad.index[-1]
     where = f"{bad.array}[{r}, {c}]"
@@ -658,7 +700,7 @@ def _outside_problem(watch: Any, shapes: dict[str, tuple[int, int]], masks: dict
         return (f"{who} {verb} {where}, past the end of its row of {width}: {fix} "
                 f"({masks[bad.array]})")
     if 0 <= r < n and c >= width or own_row_mask and r != p:
-        stride = f"stride_{bad.array.lower()}"
+        stride = stride or f"stride_{bad.array.lower()}"
         return (f"{who} {verb} {where}: the rows of {bad.array} are {stride} elements apart, "
                 f"not {width} (the checker passes arrays whose rows are padded): row r "
                 f"starts at {bad.array} + r * {stride}")
@@ -873,17 +915,407 @@ def check_attention_kernel(fb: Feedback, kernel: Any,
                     fb.fail(f"{name}: max error {_error(got, want):.3g}")
 
 
-def _forward_rows_problem(watch: Any, programs: int, n_q: int, B_r: int) -> str | None:
-    """Program p must load rows p * B_r .. of Q and store the same rows of O."""
-    for kind, array in (("load", "Q"), ("store", "O")):
+def _forward_rows_problem(watch: Any, programs: int, n_q: int, B_r: int,
+                          arrays: tuple = (("load", "Q"), ("store", "O")),
+                          names: tuple[str, str] = ("rows", "B_r"),
+                          unread_ok: bool = False) -> str | None:
+    """Program p must load rows p * B_r .. of Q and store the same rows of O (``arrays``:
+    other (kind, array) pairs, whose blocks are ``names``, e.g. ("cols", "B_c");
+    ``unread_ok``: an array a program never loads is left to the values to diagnose)."""
+    rows_name, block = names
+    for kind, array in arrays:
         for p, rows in _program_rows(watch, kind, array, programs).items():
             want = list(range(p * B_r, min(n_q, (p + 1) * B_r)))
-            if rows != want:
+            if rows != want and not (unread_ok and kind == "load" and not rows):
                 verb = "read" if kind == "load" else "wrote"
                 said = (f"the program with program_id {p} {verb} rows "
                         f"{f'{rows[0]}..{rows[-1]}' if rows else 'none'} of {array}, expected "
                         f"{want[0]}..{want[-1]}")
                 if rows and rows[0] == p and p > 0:
-                    return f"{said}: a program's first row is program_id * B_r"
-                return f"{said}: rows = tl.program_id(0) * B_r + tl.arange(0, B_r)"
+                    return f"{said}: a program's first row is program_id * {block}"
+                return (f"{said}: {rows_name} = tl.program_id(0) * {block} + "
+                        f"tl.arange(0, {block})")
     return None
+
+
+# ---- 10.6-10.8 the backward's kernels ----------------------------------------------------
+
+def _backward_inputs(n_q: int, n_k: int, D: int, seed: int) -> tuple[np.ndarray, ...]:
+    """q (n_q, D), k, v (n_k, D), do (n_q, D), float32."""
+    rng = np.random.default_rng(seed)
+    return tuple(rng.standard_normal((n, D)).astype(np.float32) for n in (n_q, n_k, n_k, n_q))
+
+
+def _autograd(q, k, v, do) -> dict[str, np.ndarray]:
+    """Attention's forward and gradients by torch autograd in float64, scale 1/sqrt(D): o, L
+    (the logsumexp of each row's scores in base 2: m_i + log2(l_i) of the base-2 scores),
+    Delta = rowsum(dO * O), and dQ, dK, dV of sum(do * o)."""
+    import torch
+
+    qq, kk, vv = (torch.from_numpy(np.asarray(x, np.float64)).requires_grad_()
+                  for x in (q, k, v))
+    s = qq @ kk.T / math.sqrt(q.shape[-1])
+    o = torch.softmax(s, -1) @ vv
+    dO = torch.from_numpy(np.asarray(do, np.float64))
+    o.backward(dO)
+    return {"o": o.detach().numpy(), "L": torch.logsumexp(s, -1).detach().numpy() * LOG2E,
+            "Delta": (dO * o.detach()).sum(-1).numpy(),
+            "dQ": qq.grad.numpy(), "dK": kk.grad.numpy(), "dV": vv.grad.numpy()}
+
+
+def _backward_model(q, k, v, do, blocks: tuple[int, int], variant: str) -> dict[str, np.ndarray]:
+    """dQ, dK, dV in float64, computed as the kernels compute them with one typical mistake
+    (``variant``), to recognise it: "no_D" dS = P * dP; "scale_twice" the scale applied
+    twice; "no_scale" never; "log2e" qk_scale in its place; "exp" P = exp(S - L) of base-2
+    scores; "last_block" the loop's accumulator overwritten, not added to: only the last
+    block's share."""
+    q, k, v, do = (np.asarray(x, np.float64) for x in (q, k, v, do))
+    scale = 1 / math.sqrt(q.shape[-1])
+    s = q @ k.T * scale * LOG2E  # base 2
+    m = s.max(axis=1, keepdims=True)
+    L = m + np.log2(np.exp2(s - m).sum(axis=1, keepdims=True))
+    p = np.exp(s - L) if variant == "exp" else np.exp2(s - L)
+    o = np.exp2(s - L) @ v
+    dp = do @ v.T
+    ds = p * dp if variant == "no_D" else p * (dp - (do * o).sum(axis=1, keepdims=True))
+    factor = {"scale_twice": scale * scale, "no_scale": 1.0, "log2e": scale * LOG2E}.get(
+        variant, scale)
+    B_r, B_c = blocks
+    i = (q.shape[0] - 1) // B_r * B_r if variant == "last_block" else 0  # the last block
+    j = (k.shape[0] - 1) // B_c * B_c if variant == "last_block" else 0
+    return {"dQ": factor * ds[:, j:] @ k[j:], "dK": factor * ds[i:].T @ q[i:],
+            "dV": p[i:].T @ do[i:]}
+
+
+_BACKWARD_HINTS = {
+    "no_D": "D_i is missing: dS_ij = P_ij * (dP_ij - D_i[:, None]), D_i = rowsum(dO_i * O_i) "
+            "(the softmax's Jacobian has two terms)",
+    "scale_twice": "the scale is applied twice: S = scale * Q K^T brings one factor scale "
+                   "into dK and dQ; multiply by it once, at the store",
+    "no_scale": "multiply by scale once, at the store: S = scale * Q K^T, so dK_j = scale * "
+                "dS^T Q and dQ_i = scale * dS K",
+    "log2e": "the factor is scale, not qk_scale: log2(e) belongs to the base-2 exponent only",
+    "exp": "the scores and L are in base 2 (qk_scale includes log2(e)): P_ij = "
+           "tl.exp2(S_ij - L_i[:, None])",
+}
+
+
+def _match_backward(got: dict[str, np.ndarray], q, k, v, do, blocks, last_block: str
+                    ) -> str | None:
+    """The hint of the first typical mistake whose model gives what the kernel returned."""
+    hints = {**_BACKWARD_HINTS, "last_block": last_block}
+    for variant, hint in hints.items():
+        model = _backward_model(q, k, v, do, blocks, variant)
+        if all(_close(g, model[name]) for name, g in got.items()):
+            return hint
+    return None
+
+
+def _backward_case_name(n_q: int, n_k: int, D: int, blocks: tuple[int, int]) -> str:
+    return f"N_Q={n_q}, N_K={n_k}, D={D}, B_r x B_c = {blocks[0]} x {blocks[1]}"
+
+
+#: The backward kernels' cases: n_q, n_k, D, (B_r, B_c): square; ragged both ways; more
+#: queries than keys; one query row; one key.
+_BACKWARD_CASES = [(32, 32, 16, (16, 16)), (45, 70, 16, (16, 16)), (70, 45, 32, (32, 16)),
+                   (1, 20, 16, (16, 16)), (40, 1, 16, (16, 16))]
+_VECTOR_MASK = "mask=rows < N_Q"
+
+
+def _delta_model(o, do, B_r: int, variant: str) -> np.ndarray:
+    o, do = np.asarray(o, np.float64), np.asarray(do, np.float64)
+    if variant == "dO_twice":
+        return (do * do).sum(axis=1)
+    if variant == "O_twice":
+        return (o * o).sum(axis=1)
+    if variant == "column_sum":  # tl.sum(x, 0) of each (B_r, D) block, stored as its rows
+        out = np.full(len(o), np.nan)
+        for i in range(0, len(o), B_r):
+            sums = (do[i: i + B_r] * o[i: i + B_r]).sum(axis=0)
+            n = min(B_r, len(o) - i, len(sums))
+            out[i: i + n] = sums[:n]
+        return out
+    return (do * o).sum(axis=1)
+
+
+_DELTA_HINTS = {
+    "dO_twice": "D_i = rowsum(dO_i * O_i), but your kernel computed rowsum(dO_i * dO_i): it "
+                "loads dO twice; load O_i from O",
+    "O_twice": "D_i = rowsum(dO_i * O_i), but your kernel computed rowsum(O_i * O_i): it loads "
+               "O twice; load dO_i from dO",
+    "column_sum": "tl.sum(x, 0) sums each column over the block's rows: a row's sum is "
+                  "tl.sum(dO_i * O_i, 1)",
+}
+
+
+def _backward_with_delta(q, k, v, o, L, do, Delta) -> tuple[np.ndarray, ...]:
+    """dQ, dK, dV by the library's dK/dV and dQ kernels reading ``Delta`` (the values the
+    learner's kernel stored: data, so this runs on the checker's side)."""
+    import torch
+
+    from flashlib.gpu import require_kernels
+    from flashlib.gpu import staged_kernels as sk
+
+    device = require_kernels().device
+    t = [torch.from_numpy(np.ascontiguousarray(x, np.float32))[None].to(device)
+         for x in (q, k, v, o, np.asarray(L) / LOG2E, do, Delta)]
+    grads = sk.backward(*t[:6], causal=False, scale=1 / math.sqrt(q.shape[-1]), D_rows=t[6])
+    return tuple(g[0].cpu().numpy() for g in grads)
+
+
+@checker("the backward's preprocessing kernel (D)")
+def check_delta_kernel(fb: Feedback, kernel: Any) -> None:
+    """Check ``delta_kernel(O, dO, Delta, stride, N_Q, B_r, D)`` launched on the grid
+    ``(cdiv(N_Q, B_r),)``: program p writes Delta[i] = sum(dO[i] * O[i]) for its block of
+    B_r rows (O, dO: (N_Q, D) float32, rows ``stride`` elements apart; Delta: (N_Q,)
+    float32), on ragged N_Q and one row; then the library's dK/dV and dQ kernels read it,
+    against torch autograd."""
+    if _cannot_run(fb):
+        return
+    cases = [(32, 16, 16), (45, 16, 16), (1, 32, 16), (70, 32, 32)]  # N_Q, D, B_r
+    said: set[str] = set()
+    for seed, (n_q, D, B_r) in enumerate(cases):
+        name = f"N_Q={n_q}, D={D}, B_r={B_r}"
+        with fb.case(name) as case:
+            q, k, v, do = _backward_inputs(n_q, 20, D, seed)
+            ref = _autograd(q, k, v, do)
+            o = ref["o"].astype(np.float32)
+            (*_, got), seen = _watched_launch(
+                kernel, (-(-n_q // B_r),),
+                [("O", o, B_r, 8), ("dO", do, B_r, 8),
+                 ("Delta", np.full(n_q, np.nan, np.float32), B_r, 0)],
+                (n_q,), {"B_r": B_r, "D": D}, one_stride=True)
+            watch = _seen(seen)
+            problem = _outside_problem(
+                watch, {"O": (n_q, D), "dO": (n_q, D), "Delta": (n_q,)},
+                {"O": "rows < N_Q", "dO": "rows < N_Q", "Delta": _VECTOR_MASK},
+                stride="stride")
+            if problem is None and watch is not None:
+                problem = _forward_rows_problem(watch, -(-n_q // B_r), n_q, B_r,
+                                                (("load", "O"), ("store", "Delta")),
+                                                unread_ok=True)
+            want = _delta_model(o, do, B_r, "right")
+            if problem:
+                _fail(fb, said, name, problem)
+            elif np.isnan(got).any():
+                r = int(np.argmax(np.isnan(got)))
+                fb.fail(f"{name}: Delta[{r}] was never written: program p stores its B_r "
+                        "entries, p * B_r .. p * B_r + B_r - 1 (mask=rows < N_Q)")
+            elif _close(got, want):
+                fb.ok(f"{name}: correct")
+            else:
+                case.failed = True
+                match = next((hint for variant, hint in _DELTA_HINTS.items()
+                              if _close(got, _delta_model(o, do, B_r, variant))), None)
+                _fail(fb, said, name, match or f"max error {_error(got, want):.3g}")
+    if fb.problems:
+        return
+    n_q, n_k, D = 45, 70, 16
+    label = f"in the backward, N_Q={n_q}, N_K={n_k}, D={D}: dQ, dK, dV against torch autograd"
+    with fb.case(label):
+        q, k, v, do = _backward_inputs(n_q, n_k, D, 7)
+        ref = _autograd(q, k, v, do)
+        o = ref["o"].astype(np.float32)
+        (*_, Delta), _ = _watched_launch(
+            kernel, (-(-n_q // 16),), [("O", o, 16, 8), ("dO", do, 16, 8),
+                                       ("Delta", np.full(n_q, np.nan, np.float32), 16, 0)],
+            (n_q,), {"B_r": 16, "D": D}, one_stride=True)
+        grads = _backward_with_delta(q, k, v, o, ref["L"], do, Delta)
+        errors = [_error(g, ref[n]) for g, n in zip(grads, ("dQ", "dK", "dV"), strict=True)]
+        if all(_close(g, ref[n]) for g, n in zip(grads, ("dQ", "dK", "dV"), strict=True)):
+            fb.ok(f"{label}: equal, max error {max(errors):.2g}")
+        else:
+            fb.fail(f"{label}: max errors {', '.join(f'{e:.3g}' for e in errors)}")
+
+
+def _backward_launch(kernel: Any, which: str, n_q: int, n_k: int, D: int,
+                     blocks: tuple[int, int], seed: int):
+    """Launch the learner's dK/dV (``which`` "dkdv") or dQ kernel on one case; returns (what
+    it wrote {name: array}, what the watch saw, the inputs, torch autograd's results)."""
+    B_r, B_c = blocks
+    q, k, v, do = _backward_inputs(n_q, n_k, D, seed)
+    ref = _autograd(q, k, v, do)
+    nan = np.full((n_k if which == "dkdv" else n_q, D), np.nan, np.float32)
+    outs = [("dK", nan, B_c, 8), ("dV", nan.copy(), B_c, 8)] if which == "dkdv" else [
+        ("dQ", nan, B_r, 8)]
+    programs = -(-(n_k if which == "dkdv" else n_q) // (B_c if which == "dkdv" else B_r))
+    arrays = [("Q", q, B_r, 8), ("K", k, B_c, 8), ("V", v, B_c, 8), ("dO", do, B_r, 8),
+              ("L", ref["L"].astype(np.float32), B_r, 0),
+              ("Delta", ref["Delta"].astype(np.float32), B_r, 0), *outs]
+    after, seen = _watched_launch(
+        kernel, (programs,), arrays, (n_q, n_k, LOG2E / math.sqrt(D), 1 / math.sqrt(D)),
+        {"B_r": B_r, "B_c": B_c, "D": D}, one_stride=True)
+    written = {name: a for (name, *_), a in zip(arrays, after, strict=True)
+               if name in ("dK", "dV", "dQ")}
+    return written, _seen(seen), (q, k, v, do), ref, programs
+
+
+def _check_backward_kernel(fb: Feedback, kernel: Any, which: str) -> None:
+    """The body of :func:`check_dkdv_kernel` (``which`` "dkdv") and :func:`check_dq_kernel`."""
+    if _cannot_run(fb):
+        return
+    said: set[str] = set()
+    if which == "dkdv":
+        last = ("dK_j and dV_j hold only the last query block's share: accumulate over the "
+                "loop (dK_j += ..., dV_j += ...) and store once, after it")
+        own = (("load", "K"), ("load", "V"), ("store", "dK"), ("store", "dV"))
+        names = ("cols", "B_c")
+    else:
+        last = ("dQ_i holds only the last key block's share: it was overwritten, not added "
+                "to; accumulate dQ_i += ... over the key blocks and store once, after the loop")
+        own = (("load", "Q"), ("load", "dO"), ("store", "dQ"))
+        names = ("rows", "B_r")
+    for seed, (n_q, n_k, D, blocks) in enumerate(_BACKWARD_CASES):
+        name = _backward_case_name(n_q, n_k, D, blocks)
+        with fb.case(name) as case:
+            got, watch, inputs, ref, programs = _backward_launch(kernel, which, n_q, n_k, D,
+                                                                 blocks, seed)
+            n = n_k if which == "dkdv" else n_q
+            shapes = {"Q": (n_q, D), "K": (n_k, D), "V": (n_k, D), "dO": (n_q, D),
+                      "L": (n_q,), "Delta": (n_q,), "dK": (n_k, D), "dV": (n_k, D),
+                      "dQ": (n_q, D)}
+            masks = {"Q": "rows < N_Q", "dO": "rows < N_Q", "L": _VECTOR_MASK,
+                     "Delta": _VECTOR_MASK, "K": "cols < N_K", "V": "cols < N_K",
+                     "dK": "cols < N_K", "dV": "cols < N_K", "dQ": "rows < N_Q"}
+            problem = _outside_problem(watch, shapes, masks, stride="stride")
+            if problem is None and watch is not None:
+                problem = _forward_rows_problem(watch, programs, n,
+                                                blocks[1] if which == "dkdv" else blocks[0],
+                                                own, names, unread_ok=True)
+            if problem:
+                _fail(fb, said, name, problem)
+                continue
+            unwritten = next(((w, r) for w, a in got.items()
+                              if (r := _unwritten_row(a)) is not None), None)
+            if unwritten:
+                w, r = unwritten
+                fb.fail(f"{name}: row {r} of {w} was never written: program p stores its "
+                        f"block of rows ({names[0]} = tl.program_id(0) * {names[1]} + ...)")
+            elif all(_close(g, ref[w]) for w, g in got.items()):
+                fb.ok(f"{name}: {' and '.join(got)} equal torch autograd's")
+            else:
+                case.failed = True
+                match = _match_backward(got, *inputs, blocks, last)
+                if match is None and not np.all([np.isfinite(g).all() for g in got.values()]):
+                    match = "the output holds NaN or inf"
+                wrong = [w for w, g in got.items() if not _close(g, ref[w])]
+                errors = ", ".join(f"{w} {_error(got[w], ref[w]):.3g}" for w in wrong)
+                _fail(fb, said, name, match or f"max error {errors}")
+
+
+@checker("the backward's dK/dV kernel")
+def check_dkdv_kernel(fb: Feedback, kernel: Any) -> None:
+    """Check ``dkdv_kernel(Q, K, V, dO, L, Delta, dK, dV, stride, N_Q, N_K, qk_scale, scale,
+    B_r, B_c, D)`` launched on the grid ``(cdiv(N_K, B_c),)``: program p writes its block of
+    B_c rows of dK and dV, looping over the query blocks (Q, dO (N_Q, D), K, V, dK, dV
+    (N_K, D) float32, rows ``stride`` elements apart; L, Delta (N_Q,): the logsumexp in base
+    2 and rowsum(dO * O)), against torch autograd on ragged shapes, every access watched."""
+    _check_backward_kernel(fb, kernel, "dkdv")
+
+
+@checker("the backward's dQ kernel")
+def check_dq_kernel(fb: Feedback, kernel: Any) -> None:
+    """Check ``dq_kernel(Q, K, V, dO, L, Delta, dQ, stride, N_Q, N_K, qk_scale, scale, B_r,
+    B_c, D)`` launched on the grid ``(cdiv(N_Q, B_r),)``: program p writes its block of B_r
+    rows of dQ, looping over the key blocks, against torch autograd on ragged shapes, every
+    access watched."""
+    _check_backward_kernel(fb, kernel, "dq")
+
+
+# ---- 10.9 the causal forward in two stages -----------------------------------------------
+
+def _stage_diagnosis(bounds: list[tuple[int, int]], n_k: int, B_r: int, B_c: int) -> str | None:
+    """What is wrong with each program's (split, end), in words; None when right."""
+    whole = n_k // B_c * B_c
+    for p, (split, end) in enumerate(bounds):
+        i = p * B_r
+        want = (min(i, whole), min(i + B_r, n_k))
+        if (split, end) == want:
+            continue
+        said = (f"stage_bounds({i}, {B_r}, {B_c}, N_K={n_k}) returned ({split}, {end}), "
+                f"expected {want}")
+        if split > want[0] and split > i:
+            return (f"{said}: the unmasked stage runs into the diagonal: keys {i} .. "
+                    f"{min(i + B_r, n_k) - 1} are hidden from some rows of the block (row {i} "
+                    f"sees only key {i} of them), so they need the mask: the unmasked stage "
+                    "stops at i")
+        if split > want[0]:
+            return (f"{said}: the key block cut by N_K (keys {whole} .. {n_k - 1}) is in the "
+                    "unmasked stage, where nothing stops at N_K: it belongs to the masked "
+                    "stage, split = tl.minimum(i, N_K // B_c * B_c)")
+        if end < want[1]:
+            return (f"{said}: the masked stage stops at {end}, so the diagonal blocks (keys "
+                    f"i .. i + B_r - 1 = {i} .. {i + B_r - 1}) are skipped, though row r sees "
+                    "its keys up to r: end = tl.minimum(i + B_r, N_K)")
+        if end > n_k:
+            return (f"{said}: never past N_K (there are no keys there): end = "
+                    "tl.minimum(i + B_r, N_K)")
+        if end > want[1]:
+            return (f"{said}: correct, but the blocks after the block's last row hold no key "
+                    "any of its rows sees: end = tl.minimum(i + B_r, N_K)")
+        return (f"{said}: correct, but the blocks wholly below the diagonal pay for a mask "
+                "they do not need: the unmasked stage runs up to i")
+    return None
+
+
+@learner_side
+def _run_causal(q, k, v, blocks: tuple[int, int], stage_bounds: Any) -> np.ndarray:
+    """The library's two-stage causal kernel with the learner's stage_bounds, on (1, n, d)
+    numpy inputs, K and V inside NaN-filled buffers (a stage that runs past N_K unmasked
+    reads NaN).  In the grader it runs where the learner's function is."""
+    import torch
+
+    from flashlib.gpu import require_kernels
+    from flashlib.gpu import staged_kernels as sk
+    from flashlib.gpu.watch import guarded
+
+    device = require_kernels().device
+    tq = torch.from_numpy(np.ascontiguousarray(q)).to(device)
+    (tk, _), (tv, _) = (guarded(x, rows=128, cols=0, device=device) for x in (k, v))
+    o, _ = _launching(sk.causal_forward, tq, tk, tv, 1 / math.sqrt(q.shape[-1]),
+                      blocks=blocks, stage_bounds_fn=stage_bounds)
+    return o.cpu().numpy()
+
+
+def _sdpa_causal(q, k, v) -> np.ndarray:
+    """torch's scaled_dot_product_attention, causal (top-left), in float64."""
+    import torch
+
+    t = [torch.from_numpy(np.asarray(x, np.float64)) for x in (q, k, v)]
+    return torch.nn.functional.scaled_dot_product_attention(*t, is_causal=True).numpy()
+
+
+@checker("the causal forward in two stages")
+def check_stage_bounds(fb: Feedback, stage_bounds: Callable[..., Any]) -> None:
+    """Check ``stage_bounds(i, B_r, B_c, N_K) -> (split, end)``, where the two-stage causal
+    kernel's stages split the keys of the query block starting at row ``i``: stage 1 (no mask)
+    over the key blocks [0, split), stage 2 (masked) over [split, end); alone for every
+    program of ragged shapes, then in the kernel against torch's SDPA."""
+    if _cannot_run(fb):
+        return
+    probes = [(64, 64, 32, 16), (70, 45, 32, 16), (40, 70, 16, 16), (50, 21, 32, 16)]
+    said: set[str] = set()
+    for n_q, n_k, B_r, B_c in probes:
+        name = f"the stages of each program: n_q={n_q}, n_k={n_k}, B_r={B_r}, B_c={B_c}"
+        with fb.case(name):
+            bounds = _probe("stage_bounds_of", n_q, n_k, B_r, B_c, stage_bounds)
+            problem = _stage_diagnosis([(int(a), int(b)) for a, b in bounds], n_k, B_r, B_c)
+            if problem:
+                _fail(fb, said, name, problem)
+            else:
+                fb.ok(f"{name}: right for every program")
+    cases = [(37, 37, 16, (32, 16)), (50, 21, 24, (32, 16)), (5, 40, 16, (16, 16)),
+             (64, 64, 32, (32, 16))]
+    for seed, (n_q, n_k, d, blocks) in enumerate(cases):
+        label = "in the kernel, " + _label(n_q, n_k, d, True, "float32", blocks)
+        with fb.case(label, "(stage_bounds must be a @triton.jit function; use tl.minimum)"):
+            q, k, v = (x[0] for x in _inputs(n_q, n_k, d, "float32", seed))
+            got = _run_causal(q[None], k[None], v[None], blocks, stage_bounds)[0]
+            want = _sdpa_causal(q, k, v)
+            if _close(got, want):
+                fb.ok(f"{label}: equal to torch's SDPA (is_causal=True)")
+            elif not np.all(np.isfinite(got)):
+                fb.fail(f"{label}: the output holds NaN: a stage read keys past N_K unmasked, "
+                        "or a row saw no key")
+            else:
+                fb.fail(f"{label}: max error {_error(got, want):.3g} against torch's SDPA")

@@ -179,7 +179,9 @@ def test_checkers_say_plainly_when_the_kernels_cannot_run(monkeypatch):
     for check, args in ((ex.check_online_softmax_step, (STEP,)), (ex.check_key_end, (END,)),
                         (ex.check_visible_keys, (VISIBLE,)),
                         (ex.check_softmax_kernel, (END,)),
-                        (ex.check_attention_kernel, (END, None))):
+                        (ex.check_attention_kernel, (END, None)),
+                        (ex.check_delta_kernel, (END,)), (ex.check_dkdv_kernel, (END,)),
+                        (ex.check_dq_kernel, (END,)), (ex.check_stage_bounds, (END,))):
         fb = check(*args)
         assert not fb.passed
         assert fb.problems == ["this exercise runs a Triton kernel, which cannot run here: "
@@ -256,3 +258,45 @@ def test_kernels_run_where_the_learners_code_is(answer):
                                      "    raise NotImplementedError\n    r = tl.program_id(0)"))
     assert ex.check_softmax_kernel(_remote(_Sandbox(todo.softmax_kernel))).problems == [
         NOT_ATTEMPTED]
+
+
+# ---- 10.6-10.9 the backward's kernels, the two-stage causal kernel ---------------------------
+
+@pytest.mark.parametrize(("label", "name", "first_line"), [
+    ("ex-gpu-delta", "delta_kernel", "    rows = tl.program_id(0) * B_r"),
+    ("ex-gpu-dkdv", "dkdv_kernel", "    cols = tl.program_id(0) * B_c"),
+    ("ex-gpu-dq", "dq_kernel", "    rows = tl.program_id(0) * B_r")])
+def test_backward_kernels_not_attempted(answer, label, name, first_line):
+    todo = answer(label, (first_line, "    raise NotImplementedError\n" + first_line))
+    check = {"delta_kernel": ex.check_delta_kernel, "dkdv_kernel": ex.check_dkdv_kernel,
+             "dq_kernel": ex.check_dq_kernel}[name]
+    assert check(getattr(todo, name)).problems == [NOT_ATTEMPTED]
+
+
+def test_backward_models_equal_torch_autograd():
+    """The checker's float64 model of the kernels (used to name a mistake) is, without a
+    mistake, torch autograd's gradient."""
+    q, k, v, do = ex._backward_inputs(45, 70, 16, 0)
+    ref = ex._autograd(q, k, v, do)
+    model = ex._backward_model(q, k, v, do, (16, 16), "right")
+    for name in ("dQ", "dK", "dV"):
+        assert np.allclose(model[name], ref[name], rtol=1e-10, atol=1e-12)
+    one_block = ex._backward_model(q[:16], k[:16], v[:16], do[:16], (16, 16), "last_block")
+    right = ex._backward_model(q[:16], k[:16], v[:16], do[:16], (16, 16), "right")
+    assert all(np.array_equal(one_block[n], right[n]) for n in right)
+
+
+@interpreter_only
+def test_backward_kernels_run_where_the_learners_code_is(answer):
+    sandbox = _Sandbox(answer("ex-gpu-dq").dq_kernel)
+    fb = ex.check_dq_kernel(_remote(sandbox))
+    assert fb.passed, text(fb)
+    assert set(sandbox.helped) == {"_watched_launch"}
+    sandbox = _Sandbox(answer("ex-gpu-delta").delta_kernel)
+    assert ex.check_delta_kernel(_remote(sandbox)).passed
+    assert set(sandbox.helped) == {"_watched_launch"}  # D's check in the backward: data
+    from flashlib.gpu.staged_kernels import stage_bounds
+
+    sandbox = _Sandbox(stage_bounds)
+    assert ex.check_stage_bounds(_remote(sandbox)).passed
+    assert set(sandbox.helped) == {"_probe", "_run_causal"}

@@ -1,15 +1,19 @@
 """The GPU chapter's declared mistakes (flashlib.book.exercises.gpu): each the right code with
 one change, as text (a Triton kernel must be read from a file): flashlib's own helper of the
-library kernel (10.1-10.3) or the book's solution (10.4, 10.5), with each ``(old, new)``
+library kernel (10.1-10.3, 10.9) or the book's solution (10.4-10.8), with each ``(old, new)``
 swapped (registry.Mistake's ``source`` and ``swaps``).  Nothing here imports triton."""
 
 from __future__ import annotations
 
 from flashlib.book.exercises.gpu import (
     check_attention_kernel,
+    check_delta_kernel,
+    check_dkdv_kernel,
+    check_dq_kernel,
     check_key_end,
     check_online_softmax_step,
     check_softmax_kernel,
+    check_stage_bounds,
     check_visible_keys,
 )
 from flashlib.book.exercises.registry import Mistake, declare_mistakes
@@ -172,4 +176,105 @@ declare_mistakes(check_attention_kernel, *(_kernel(*m) for m in [
     ("rows D apart", [("rows[:, None] * stride_q", "rows[:, None] * D")],
      ["read Q[0, 16]: the rows of Q are stride_q elements apart, not 16",
       "Q + r * stride_q"]),
+]))
+
+
+# ---- 10.6 the backward's preprocessing kernel ------------------------------------------------
+
+def _delta(name, swaps, hints, **more):
+    return _swapped("solution", name, swaps, hints, names=("delta_kernel",), **more)
+
+
+declare_mistakes(check_delta_kernel, *(_delta(*m) for m in [
+    ("dO loaded twice", [("O_i = tl.load(O + at", "O_i = tl.load(dO + at")],
+     ["rowsum(dO_i * dO_i): it loads dO twice; load O_i from O"]),
+    ("O loaded twice", [("dO_i = tl.load(dO + at", "dO_i = tl.load(O + at")],
+     ["rowsum(O_i * O_i): it loads O twice; load dO_i from dO"]),
+    ("a column's sum", [("tl.sum(dO_i * O_i, 1)", "tl.sum(dO_i * O_i, 0)")],
+     ["a row's sum is tl.sum(dO_i * O_i, 1)"]),
+]), *(_delta(*m, needs="interpreter") for m in [
+    ("no load mask", [("O_i = tl.load(O + at, mask=ok, other=0.0)", "O_i = tl.load(O + at)")],
+     ["program_id 2 read O[45, 0], but O has rows 0 .. 44: mask the load (rows < N_Q)"]),
+    ("no store mask", [(", mask=rows < N_Q)", ")")],
+     ["wrote Delta[45], but Delta has entries 0 .. 44: mask the store (mask=rows < N_Q)"]),
+    ("program offset", [("tl.program_id(0) * B_r +", "tl.program_id(0) +")],
+     ["program_id 1 read rows 1..16 of O, expected 16..31: a program's first row is "
+      "program_id * B_r"]),
+]))
+
+
+# ---- 10.7 and 10.8 the dK/dV and dQ kernels --------------------------------------------------
+
+_NO_D = [("P_ij * (dP_ij - D_i[:, None])", "P_ij * dP_ij")]
+_EXP = [("tl.exp2(S_ij * qk_scale", "tl.exp(S_ij * qk_scale")]
+
+
+def _dkdv(name, swaps, hints, **more):
+    return _swapped("solution", name, swaps, hints, names=("dkdv_kernel",), **more)
+
+
+declare_mistakes(check_dkdv_kernel, *(_dkdv(*m) for m in [
+    ("missing D", _NO_D, ["D_i is missing: dS_ij = P_ij * (dP_ij - D_i[:, None])"]),
+    ("scale applied twice",
+     [('dK_j += tl.dot(tl.trans(dS_ij), Q_i, input_precision="ieee")',
+       'dK_j += tl.dot(tl.trans(dS_ij), Q_i, input_precision="ieee") * scale')],
+     ["the scale is applied twice"]),
+    ("no scale", [("dK_j * scale, mask", "dK_j, mask")], ["multiply by scale once"]),
+    ("qk_scale for scale", [("dK_j * scale, mask", "dK_j * qk_scale, mask")],
+     ["the factor is scale, not qk_scale"]),
+    ("exp", _EXP, ["the scores and L are in base 2"]),
+    ("overwritten", [("dK_j += ", "dK_j = "), ("dV_j += ", "dV_j = ")],
+     ["dK_j and dV_j hold only the last query block's share"]),
+]), *(_dkdv(*m, needs="interpreter") for m in [
+    ("no K mask", [("K_j = tl.load(K + kv_at, mask=cols[:, None] < N_K, other=0.0)",
+                    "K_j = tl.load(K + kv_at)")],
+     ["read K[70, 0], but K has rows 0 .. 69: mask the load (cols < N_K)"]),
+    ("no store mask", [("tl.store(dK + kv_at, dK_j * scale, mask=cols[:, None] < N_K)",
+                        "tl.store(dK + kv_at, dK_j * scale)")],
+     ["wrote dK[70, 0], but dK has rows 0 .. 69: mask the store (cols < N_K)"]),
+    ("rows D apart", [("rows[:, None] * stride", "rows[:, None] * D")],
+     ["the rows of Q are stride elements apart, not 16"]),
+    ("program offset", [("tl.program_id(0) * B_c +", "tl.program_id(0) +")],
+     ["a program's first row is program_id * B_c"]),
+]))
+
+
+def _dq(name, swaps, hints, **more):
+    return _swapped("solution", name, swaps, hints, names=("dq_kernel",), **more)
+
+
+declare_mistakes(check_dq_kernel, *(_dq(*m) for m in [
+    ("missing D", _NO_D, ["D_i is missing: dS_ij = P_ij * (dP_ij - D_i[:, None])"]),
+    ("scale applied twice",
+     [('dQ_i += tl.dot(dS_ij, K_j, input_precision="ieee")',
+       'dQ_i += tl.dot(dS_ij, K_j, input_precision="ieee") * scale')],
+     ["the scale is applied twice"]),
+    ("exp", _EXP, ["the scores and L are in base 2"]),
+    ("dQ overwritten", [("dQ_i += ", "dQ_i = ")],
+     ["dQ_i holds only the last key block's share: it was overwritten, not added to"]),
+]), *(_dq(*m, needs="interpreter") for m in [
+    ("no store mask", [("tl.store(dQ + q_at, dQ_i * scale, mask=rows[:, None] < N_Q)",
+                        "tl.store(dQ + q_at, dQ_i * scale)")],
+     ["wrote dQ[45, 0], but dQ has rows 0 .. 44: mask the store (rows < N_Q)"]),
+    ("no L mask", [("L_i = tl.load(L + rows, mask=rows < N_Q, other=0.0)",
+                    "L_i = tl.load(L + rows)")],
+     ["read L[45], but L has entries 0 .. 44: mask the load (mask=rows < N_Q)"]),
+]))
+
+
+# ---- 10.9 the causal forward in two stages ---------------------------------------------------
+
+STAGES = "flashlib.gpu.staged_kernels.stage_bounds"
+declare_mistakes(check_stage_bounds, *(_swapped(STAGES, *m) for m in [
+    ("the diagonal in the unmasked stage",
+     [("tl.minimum(i, (N_K // B_c) * B_c)", "tl.minimum(i + B_r, (N_K // B_c) * B_c)")],
+     ["the unmasked stage runs into the diagonal", "the unmasked stage stops at i",
+      "against torch's SDPA"]),
+    ("the diagonal skipped", [("end = tl.minimum(i + B_r, N_K)", "end = split")],
+     ["the diagonal blocks (keys i .. i + B_r - 1 = 0 .. 31) are skipped"]),
+    ("the cut block unmasked", [("tl.minimum(i, (N_K // B_c) * B_c)", "tl.minimum(i, N_K)")],
+     ["the key block cut by N_K (keys 32 .. 44) is in the unmasked stage",
+      "the output holds NaN"]),
+    ("past N_K", [("end = tl.minimum(i + B_r, N_K)", "end = i + B_r")],
+     ["never past N_K"]),
 ]))
