@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from flashlib.book.exercises import variants
+
 from flashlib.algorithms import masked_flash_forward
 from flashlib.book.exercises import NOT_ATTEMPTED
 from flashlib.book.exercises import masking as mx
@@ -122,7 +124,9 @@ def test_guarded_solution_on_rows_blind_in_one_tile(score, dtype):
 # ---- window_size ----------------------------------------------------------------------------
 
 def test_window_size():
-    assert mx.check_window_size(lambda W: (W - 1, 0)).passed
+    assert mx.check_window_size(lambda W: (W, W)).passed  # the book's variant
+    with variants.as_student("s1"):  # another variant: the book's answer fails
+        assert not mx.check_window_size(lambda W: (W, W)).passed
 
 
 def test_library_functions_are_refused():

@@ -167,7 +167,7 @@ declare_mistakes(
 )
 
 
-# ---- 6.4 window_size -------------------------------------------------------------------------
+# ---- 6.4 window_size (the book's variant: W keys on each side and the current one) ---------
 
 def w_keys(W):
     return W, 0
@@ -177,12 +177,12 @@ def both_sides(W):
     return W - 1, W - 1
 
 
-def both_sides_w(W):
-    return W, W
+def transformers(W):
+    return W - 1, 0
 
 
-def one_short(W):
-    return W - 2, 0
+def two_short(W):
+    return W - 2, W
 
 
 def one_number(W):
@@ -191,9 +191,10 @@ def one_number(W):
 
 declare_mistakes(
     check_window_size,
-    Mistake("W keys back", (w_keys,), ("inclusive",)),
-    Mistake("future keys too", (both_sides,), ("future keys",)),
-    Mistake("W both sides", (both_sides_w,), ("future keys", "inclusive")),
-    Mistake("one key short", (one_short,), ("keys, not",)),
+    Mistake("W keys back only", (w_keys,), ("hides the keys after",)),
+    Mistake("one key short each side", (both_sides,), ("inclusive",)),
+    Mistake("the page's Transformers window", (transformers,),
+            ("inclusive", "hides the keys after")),
+    Mistake("two keys short", (two_short,), ("keys before the current one, not",)),
     Mistake("one number", (one_number,), ("pair",)),
 )
