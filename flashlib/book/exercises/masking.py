@@ -371,8 +371,11 @@ def check_guarded_forward(fb: Feedback, fn: Callable[..., Any]) -> None:
 
 #: Exercise 6.4's variants (flashlib.book.exercises.variants): the window, in words, and the
 #: flash-attn ``(left, right)`` it is, as ``left = a W + b``, ``right = c W + e``.  Variant 0
-#: (the book's) is the bidirectional window; 1 is the page's Transformers ``sliding_window``.
+#: (the book's) is a centred window of 2W - 1 tokens; 2 is the page's Transformers
+#: ``sliding_window``.
 WINDOW_VARIANTS = variants.declare("6.4", [
+    {"window": "each token sees 2W - 1 tokens centred on itself", "left": (1, -1),
+     "right": (1, -1)},
     {"window": "each token sees itself, the W tokens before it and the W tokens after it",
      "left": (1, 0), "right": (1, 0)},
     {"window": "each token sees W tokens, itself included, and none after it (Transformers' "
@@ -381,8 +384,6 @@ WINDOW_VARIANTS = variants.declare("6.4", [
      "left": (1, 0), "right": (0, 0)},
     {"window": "each token sees itself and the W - 1 tokens after it, none before it",
      "left": (0, 0), "right": (1, -1)},
-    {"window": "each token sees 2W - 1 tokens centred on itself", "left": (1, -1),
-     "right": (1, -1)},
     {"window": "each token sees itself and the W tokens after it, none before it",
      "left": (0, 0), "right": (1, 0)},
 ], lambda p: f"window_size_for(W) for the window: {p['window']}")
@@ -408,7 +409,7 @@ def _side_hint(got: int, want: int, side: str) -> str:
 def check_window_size(fb: Feedback, fn: Callable[[int], Any]) -> None:
     """Check ``window_size_for(W) -> (left, right)``: flash-attn's ``window_size``, with
     causal=False, for the student's variant of the window (:data:`WINDOW_VARIANTS`; the
-    book's: each token sees itself and W tokens on each side)."""
+    book's: each token sees 2W - 1 tokens centred on itself)."""
     p = variants.variant("6.4")
     for W in (1, 4, 16, 4096):
         label = f"W = {W}"
