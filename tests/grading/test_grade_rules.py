@@ -39,11 +39,13 @@ def my_rescale(l, m_old, m_new):
     return l * np.exp(m_old - m_new)
 
 
-def update(m, l, x):
-    m_new = max(m, x)
+def update(m, l, xs):
+    if len(xs) == 0:
+        return m, l
+    m_new = max(m, np.max(xs))
     if m_new == -np.inf:
         return m_new, l
-    return m_new, my_rescale(l, m, m_new) + np.exp(x - m_new)
+    return m_new, my_rescale(l, m, m_new) + np.sum(np.exp(xs - m_new))
 
 
 check_online_update(update)

@@ -1,6 +1,7 @@
 """Checkers for the exercises of the online-softmax chapter (book/online-softmax.md).
 
-check_online_update         ``update(m, l, x) -> (m_new, l_new)``, the one-value step
+check_online_update         ``update(m, l, xs) -> (m_new, l_new)``: one step reading a block
+                            of values at once
 check_merge                 ``merge(a, b) -> (m, l, acc)`` of two partial attention states
 check_empty_partial         ``empty(n_q, d_v)``, the identity element of the merge
 check_merge_counterexample  two states on which :func:`merge_forgetting_acc_rescale` is wrong
@@ -33,6 +34,7 @@ from flashlib.fast.online import (
 
 __all__ = [
     "STREAM_LENGTH",
+    "STREAM_BLOCK",
     "check_online_update",
     "check_merge",
     "check_empty_partial",
@@ -41,6 +43,8 @@ __all__ = [
 ]
 
 STREAM_LENGTH = 1000
+#: The values :func:`check_online_update` hands over at once in its stream.
+STREAM_BLOCK = 16
 """How many values :func:`check_online_update` folds the learner's update over (the chapter
 quotes it)."""
 
@@ -60,40 +64,56 @@ def _as_pair(result: Any) -> tuple[float, float]:
                       "flashlib.fast.online.online_softmax",
                       "flashlib.fast.online.two_pass_softmax_state"))
 def check_online_update(fb: Feedback,
-                        fn: Callable[[float, float, float], tuple[float, float]]) -> None:
-    """Check ``update(m, l, x) -> (m_new, l_new)``, the one-value online softmax step."""
+                        fn: Callable[[float, float, np.ndarray], tuple[float, float]]) -> None:
+    """Check ``update(m, l, xs) -> (m_new, l_new)``, the online softmax step that reads a
+    block of values ``xs`` (a 1-D array: several values, one, none, or masked -inf) at once,
+    as a tile of one score row."""
     inf = float("inf")
     e = float(np.e)
     cases = [
-        ("first value: (m, l) = (-inf, 0), x = 3", (-inf, 0.0, 3.0), (3.0, 1.0)),
-        ("x below the max: (m, l) = (2, 1.5), x = 1", (2.0, 1.5, 1.0), (2.0, 1.5 + 1 / e)),
-        ("new max: (m, l) = (0, 1), x = 1", (0.0, 1.0, 1.0), (1.0, 1 / e + 1.0)),
-        ("huge logits: (m, l) = (1000, 1), x = 1001", (1000.0, 1.0, 1001.0), (1001.0, 1 / e + 1)),
-        ("masked score into the empty state: (m, l) = (-inf, 0), x = -inf",
-         (-inf, 0.0, -inf), (-inf, 0.0)),
+        ("first block: (m, l) = (-inf, 0), xs = [3, 1]", (-inf, 0.0, [3.0, 1.0]),
+         (3.0, 1.0 + e**-2)),
+        ("a block below the max: (m, l) = (2, 1.5), xs = [1, 0]", (2.0, 1.5, [1.0, 0.0]),
+         (2.0, 1.5 + 1 / e + e**-2)),
+        ("a new max in the block: (m, l) = (0, 1), xs = [1, -1]", (0.0, 1.0, [1.0, -1.0]),
+         (1.0, 1 / e + 1.0 + e**-2)),
+        ("huge logits: (m, l) = (1000, 1), xs = [1001, 999]", (1000.0, 1.0, [1001.0, 999.0]),
+         (1001.0, 1 / e + 1 + e**-2)),
+        ("a masked score in the block: (m, l) = (0, 1), xs = [-inf, 0]",
+         (0.0, 1.0, [-inf, 0.0]), (0.0, 2.0)),
+        ("an empty block: (m, l) = (2, 1.5), xs = []", (2.0, 1.5, []), (2.0, 1.5)),
+        ("a masked block into the empty state: (m, l) = (-inf, 0), xs = [-inf, -inf]",
+         (-inf, 0.0, [-inf, -inf]), (-inf, 0.0)),
     ]
-    for name, (m, l, x), (m_want, l_want) in cases:  # noqa: E741
+    for name, (m, l, xs), (m_want, l_want) in cases:  # noqa: E741
+        x = np.array(xs, dtype=np.float64)
+        top = float(np.max(x)) if x.size else -inf
         with fb.case(name):
-            got, warns = call_learner(fn, np.float64(m), np.float64(l), np.float64(x))
+            got, warns = call_learner(fn, np.float64(m), np.float64(l), x.copy())
             m_got, l_got = _as_pair(got)
+            ref = m_want if m_want > -inf else 0.0
             if np.isnan(m_got) or np.isnan(l_got):
                 hint = ("exp(-inf - (-inf)) is NaN: when m_new is -inf nothing has been seen; "
                         "keep l = 0 (np.where or an if)" if m_want == -inf else
                         "exp overflowed or -inf - (-inf) appeared; compute exp(m - m_new) and "
-                        "exp(x - m_new), both <= 1")
+                        "exp(xs - m_new), all <= 1")
                 fb.fail(f"{name}: got NaN ({m_got}, {l_got}): {hint}")
             elif m_got != m_want:
-                fb.fail(f"{name}: m_new = {m_got}, expected {m_want}: m_new = max(m, x)")
+                fb.fail(f"{name}: m_new = {m_got}, expected {m_want}: m_new = max(m, max(xs)) "
+                        "(an empty block leaves m as it is)")
             elif not np.isclose(l_got, l_want, rtol=1e-12, atol=0):
-                if np.isclose(l_got, l + np.exp(x - m_want)) and m != m_want:
+                added = float(np.sum(np.exp(x - ref))) if x.size else 0.0
+                if np.isclose(l_got, l + added) and m != m_want:
                     hint = ("you forgot to rescale the old sum when the max changed: "
-                            "l_new = l * exp(m - m_new) + exp(x - m_new)")
-                elif np.isclose(l_got, l * np.exp(m_want - m) + np.exp(x - m_want)):
+                            "l_new = l * exp(m - m_new) + sum(exp(xs - m_new))")
+                elif m > -inf and np.isclose(l_got, l * np.exp(m_want - m) + added):
                     hint = "the rescale factor is upside down: use exp(m - m_new), which is <= 1"
-                elif m_want == m and np.isclose(l_got, l + np.exp(x)):
-                    hint = "subtract the running max inside exp: exp(x - m_new)"
+                elif x.size and np.isclose(l_got, l * np.exp(m - ref) + np.exp(top - ref)):
+                    hint = "add every value of the block, not only its maximum: sum(exp(xs - m_new))"
+                elif m_want == m and np.isclose(l_got, l + float(np.sum(np.exp(x)))):
+                    hint = "subtract the running max inside exp: exp(xs - m_new)"
                 else:
-                    hint = "l_new = l * exp(m - m_new) + exp(x - m_new)"
+                    hint = "l_new = l * exp(m - m_new) + sum(exp(xs - m_new))"
                 fb.fail(f"{name}: l_new = {l_got:.6g}, expected {l_want:.6g}: {hint}")
             elif warns:
                 fb.fail(f"{name}: right answer, but {warned(warns[0])}")
@@ -102,14 +122,15 @@ def check_online_update(fb: Feedback,
     if fb.problems:
         return
     stream = np.random.default_rng(0).normal(500.0, 50.0, size=STREAM_LENGTH)
-    label = f"a stream of {STREAM_LENGTH} values around 500"
+    label = f"a stream of {STREAM_LENGTH} values around 500, in blocks of {STREAM_BLOCK}"
     m, l = -inf, 0.0  # noqa: E741
-    for i, x in enumerate(stream):
-        with fb.case(f"{label}: at value {i} (x = {x:.6g})") as case:
-            got, warns = call_learner(fn, np.float64(m), np.float64(l), np.float64(x))
+    for i in range(0, STREAM_LENGTH, STREAM_BLOCK):
+        block = stream[i:i + STREAM_BLOCK]
+        with fb.case(f"{label}: at the block from value {i}") as case:
+            got, warns = call_learner(fn, np.float64(m), np.float64(l), block.copy())
             m, l = _as_pair(got)  # noqa: E741
             if warns:
-                fb.fail(f"{label}: at value {i} (x = {x:.6g}) {warned(warns[0])}")
+                fb.fail(f"{label}: at the block from value {i} {warned(warns[0])}")
         if case.failed or fb.problems:
             return  # stop at the first bad step
     ref = two_pass_softmax_state(stream)

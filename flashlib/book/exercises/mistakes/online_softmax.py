@@ -14,31 +14,42 @@ from flashlib.book.exercises.online_softmax import (
 from flashlib.book.exercises.registry import Mistake, declare_mistakes
 from flashlib.fast.online import PartialAttention, partial_attention
 
-# ---- 3.1 online update -----------------------------------------------------------------------
+# ---- 3.1 online update (a block of values at once) -------------------------------------------
 
 
-def no_rescale(m, l, x):
-    m_new = max(m, x)
-    return m_new, (l + np.exp(x - m_new)) if m_new > -np.inf else 0.0
+def _top(m, xs):
+    return max(m, float(np.max(xs))) if len(xs) else m
 
 
-def upside_down(m, l, x):
-    m_new = max(m, x)
+def no_rescale(m, l, xs):
+    m_new = _top(m, xs)
+    return m_new, (l + np.sum(np.exp(xs - m_new))) if m_new > -np.inf else 0.0
+
+
+def upside_down(m, l, xs):
+    m_new = _top(m, xs)
     if m_new == -np.inf:
         return m_new, 0.0
-    return m_new, l * np.exp(m_new - m) + np.exp(x - m_new)
+    return m_new, l * np.exp(m_new - m) + np.sum(np.exp(xs - m_new))
 
 
-def unguarded(m, l, x):
-    m_new = max(m, x)
-    return m_new, l * np.exp(m - m_new) + np.exp(x - m_new)
+def unguarded(m, l, xs):
+    m_new = _top(m, xs)
+    return m_new, l * np.exp(m - m_new) + np.sum(np.exp(xs - m_new))
 
 
-def unchanged(m, l, x):
+def max_only(m, l, xs):
+    m_new = _top(m, xs)
+    if m_new == -np.inf:
+        return m_new, 0.0
+    return m_new, l * np.exp(m - m_new) + np.exp(np.max(xs) - m_new)
+
+
+def unchanged(m, l, xs):
     return m, l
 
 
-def m_only(m, l, x):
+def m_only(m, l, xs):
     return m
 
 
@@ -47,7 +58,8 @@ declare_mistakes(
     Mistake("the old sum not rescaled", (no_rescale,), ("forgot to rescale the old sum",)),
     Mistake("the factor upside down", (upside_down,), ("upside down",)),
     Mistake("no guard for -inf", (unguarded,), ("got NaN", "keep l = 0")),
-    Mistake("nothing updated", (unchanged,), ("m_new = max(m, x)",)),
+    Mistake("the block's maximum only", (max_only,), ("add every value of the block",)),
+    Mistake("nothing updated", (unchanged,), ("m_new = max(m, max(xs))",)),
     Mistake("m only", (m_only,), ("return a pair",)),
 )
 
