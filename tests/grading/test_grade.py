@@ -43,8 +43,10 @@ check_online_update(update)
 def merge(a, b):
     m = np.maximum(a[0], b[0])
     safe = np.where(np.isneginf(m), 0.0, m)  # two empty states: no -inf - -inf
-    fa, fb = np.exp(a[0] - safe), np.exp(b[0] - safe)
-    return m, a[1] * fa + b[1] * fb, a[2] * fa[:, None] + b[2] * fb[:, None]
+    wa, wb = a[1] * np.exp(a[0] - safe), b[1] * np.exp(b[0] - safe)
+    l = wa + wb
+    o = wa[:, None] * a[2] + wb[:, None] * b[2]
+    return m, l, np.where((l > 0)[:, None], o / np.where(l > 0, l, 1.0)[:, None], 0.0)
 
 
 check_merge(merge)

@@ -30,8 +30,10 @@ RIGHT_MERGE = """
 def merge(a, b):
     m = np.maximum(a[0], b[0])
     safe = np.where(np.isneginf(m), 0.0, m)
-    fa, fb = np.exp(a[0] - safe), np.exp(b[0] - safe)
-    return m, a[1] * fa + b[1] * fb, a[2] * fa[:, None] + b[2] * fb[:, None]
+    wa, wb = a[1] * np.exp(a[0] - safe), b[1] * np.exp(b[0] - safe)
+    l = wa + wb
+    o = wa[:, None] * a[2] + wb[:, None] * b[2]
+    return m, l, np.where((l > 0)[:, None], o / np.where(l > 0, l, 1.0)[:, None], 0.0)
 """
 #: 3.1 defines a helper that 3.2 uses: fine in Jupyter, so fine here (not with --standalone)
 HELPER_31 = """
@@ -54,8 +56,10 @@ HELPER_32 = """
 def merge(a, b):
     m = np.maximum(a[0], b[0])
     safe = np.where(np.isneginf(m), 0.0, m)
-    fa, fb = my_rescale(1.0, a[0], safe), my_rescale(1.0, b[0], safe)
-    return m, a[1] * fa + b[1] * fb, a[2] * fa[:, None] + b[2] * fb[:, None]
+    wa, wb = a[1] * my_rescale(1.0, a[0], safe), b[1] * my_rescale(1.0, b[0], safe)
+    l = wa + wb
+    o = wa[:, None] * a[2] + wb[:, None] * b[2]
+    return m, l, np.where((l > 0)[:, None], o / np.where(l > 0, l, 1.0)[:, None], 0.0)
 
 
 check_merge(merge)

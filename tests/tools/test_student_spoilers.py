@@ -52,14 +52,11 @@ pytestmark = [pytest.mark.site, pytest.mark.student_site]
 #: Exercises that the student edition answers today, with what answers them.  Issues 23 and
 #: 24 rework each one (different sizes, another variant, a derivation) so that the student
 #: edition asks for something its pages have not printed, shown or imported.
-KNOWN_SPOILERS: dict[str, str] = {
-    # Issue 31 made the teaching functions right on the empty state (as the book teaches), so
-    # the merge_states the chapter shows now carries the guard this exercise asked for; rework
-    # it to ask for something the shown code does not do.
-    "3.2": "shown merge_states merges two empty states (issue 31)",
-}
-# 3.1 asks for the update of a block of values at once (issue 35; online_update, shown, reads
-# one value and returns arrays for a block).
+KNOWN_SPOILERS: dict[str, str] = {}
+# Reworked by issue 35 once issue 31 made the shown teaching functions right on the empty
+# state: 3.1 asks for the update of a block of values at once (online_update, shown, reads one
+# value and returns arrays for a block); 3.2 merges states handed over normalised, (m, l,
+# o = acc / l) (merge_states, shown, merges o as if it were acc).
 # Answered before issue 25 and no longer: 4.4 (paper_block_sizes, imported), 8.1 (round_to),
 # 8.2 (dot), 9.2 (io_count, imported under the exercise's name), 11.1 (naive_attention over
 # all the keys), 11.2 (flash_attention): their checkers refuse the library's function
@@ -429,7 +426,7 @@ NEAR = 300
 #: book's variant; a student's own variant has other parameters, flashlib.book.exercises.
 #: variants), as a page would state them.
 STATED: dict[str, Stated] = {
-    "4.3": Stated("tiling", (r"\b288\b", r"288 block writes"), (r"writes? of \$?O", r"block writes")),
+    "4.3": Stated("tiling", (r"\b288\b",), (r"writes? of \$?O", r"block writes")),
     # the letter's size, not as one of the offered choices ("(c) M / 2")
     "4.5": Stated("tiling", (r"(?<!\) )\bM\s*/\s*2\b", r"2d \\cdot M"),
                   (r"cap", r"score tile", r"S_\{ij\}")),

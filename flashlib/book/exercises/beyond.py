@@ -27,9 +27,9 @@ from flashlib.book.exercises import (
     forbidding,
     names,
     shape_problem,
+    variants,
     warned,
 )
-from flashlib.book.exercises import variants
 from flashlib.book.exercises.memory import measure_peak
 from flashlib.fast import decoding
 

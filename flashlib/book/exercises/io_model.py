@@ -19,8 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.book.exercises import MERGES, Feedback, LearnerError, call_learner, checker, names
-from flashlib.book.exercises import variants
+from flashlib.book.exercises import (
+    MERGES,
+    Feedback,
+    LearnerError,
+    call_learner,
+    checker,
+    names,
+    variants,
+)
 from flashlib.studies.io_model import block_sizes, crossover_M, io_count, traffic
 from flashlib.studies.tiling import count_io
 

@@ -30,9 +30,9 @@ from flashlib.book.exercises import (
     checker,
     names,
     shape_problem,
+    variants,
     warned,
 )
-from flashlib.book.exercises import variants
 from flashlib.core.masks import (
     band_tile_class,
     causal_bottom_right,

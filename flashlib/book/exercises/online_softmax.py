@@ -2,7 +2,8 @@
 
 check_online_update         ``update(m, l, xs) -> (m_new, l_new)``: one step reading a block
                             of values at once
-check_merge                 ``merge(a, b) -> (m, l, acc)`` of two partial attention states
+check_merge                 ``merge(a, b) -> (m, l, o)`` of two partial attention states
+                            handed over normalised (``o = acc / l``)
 check_empty_partial         ``empty(n_q, d_v)``, the identity element of the merge
 check_merge_counterexample  two states on which :func:`merge_forgetting_acc_rescale` is wrong
 """
@@ -109,7 +110,8 @@ def check_online_update(fb: Feedback,
                 elif m > -inf and np.isclose(l_got, l * np.exp(m_want - m) + added):
                     hint = "the rescale factor is upside down: use exp(m - m_new), which is <= 1"
                 elif x.size and np.isclose(l_got, l * np.exp(m - ref) + np.exp(top - ref)):
-                    hint = "add every value of the block, not only its maximum: sum(exp(xs - m_new))"
+                    hint = ("add every value of the block, not only its maximum: "
+                            "sum(exp(xs - m_new))")
                 elif m_want == m and np.isclose(l_got, l + float(np.sum(np.exp(x)))):
                     hint = "subtract the running max inside exp: exp(xs - m_new)"
                 else:
@@ -176,21 +178,39 @@ def _same_partial(p: PartialAttention, q: PartialAttention) -> bool:
             and np.allclose(p.acc, q.acc, rtol=1e-12, atol=1e-15))
 
 
+def _shares(p: PartialAttention) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A state as a worker hands it over: ``(m, l, o)``, ``o = acc / l`` (0 where l = 0)."""
+    safe = np.where(p.l > 0, p.l, 1.0)
+    return p.m.copy(), p.l.copy(), np.where((p.l > 0)[:, None], p.acc / safe[:, None], 0.0)
+
+
+def _from_shares(result: Any) -> tuple[PartialAttention, np.ndarray]:
+    """The learner's ``(m, l, o)`` as the state ``(m, l, acc = o l)``, and ``o``."""
+    p = _as_partial(result)
+    if p.acc.shape[:1] != p.l.shape:
+        raise LearnerError(f"o has shape {p.acc.shape}, l {p.l.shape}: one row of o per row")
+    with np.errstate(all="ignore"):
+        return PartialAttention(p.m, p.l, p.acc * p.l[:, None]), p.acc
+
+
 @checker("merge of partial states",
          forbid=names(MERGES))
-def check_merge(fb: Feedback, fn: Callable[[PartialAttention, PartialAttention], Any]) -> None:
-    """Check ``merge(a, b) -> (m, l, acc)`` of two partial attention states."""
+def check_merge(fb: Feedback, fn: Callable[..., Any]) -> None:
+    """Check ``merge(a, b) -> (m, l, o)`` of two partial attention states as workers hand
+    them over: ``(m, l, o)`` with the normalised output ``o = acc / l`` (0 for the empty
+    state) in place of ``acc``."""
     a, b, s, v = _random_partials(0)
     whole = partial_attention(s, v)
+    (_, _, o_a), (_, _, o_b) = _shares(a), _shares(b)
     with fb.case("two blocks"):
-        got, warns = call_learner(fn, a, b)
-        p = _as_partial(got)
+        got, warns = call_learner(fn, _shares(a), _shares(b))
+        p, o = _from_shares(got)
         alpha = np.exp(a.m - whole.m)[:, None]
         beta = np.exp(b.m - whole.m)[:, None]
         if p.m.shape != whole.m.shape or p.acc.shape != whole.acc.shape:
-            fb.fail(f"two blocks: shapes m {p.m.shape}, acc {p.acc.shape}; expected "
+            fb.fail(f"two blocks: shapes m {p.m.shape}, o {o.shape}; expected "
                     f"{whole.m.shape}, {whole.acc.shape}")
-        elif np.isnan(p.m).any() or np.isnan(p.l).any() or np.isnan(p.acc).any():
+        elif np.isnan(p.m).any() or np.isnan(p.l).any() or np.isnan(o).any():
             fb.fail("two blocks: the merged state contains NaN")
         elif not np.array_equal(p.m, whole.m):
             fb.fail(f"two blocks: m = {fmt(p.m)}, expected max(m_a, m_b) = {fmt(whole.m)}")
@@ -201,18 +221,17 @@ def check_merge(fb: Feedback, fn: Callable[[PartialAttention, PartialAttention],
                 hint = "you added l_a + l_b without rescaling: " + hint
             fb.fail(f"two blocks with different maxima: l is wrong; {hint}")
         elif not np.allclose(p.acc, whole.acc, rtol=1e-12):
-            if np.allclose(p.acc, a.acc + b.acc):
-                hint = ("you forgot to rescale acc: it was computed relative to m_a (or m_b), "
-                        "so multiply it by exp(m_a - m) (or exp(m_b - m)) exactly like l")
-            elif np.allclose(p.acc, a.acc * alpha + b.acc):
-                hint = "acc_b is not rescaled: multiply it by exp(m_b - m)"
-            elif np.allclose(p.acc, a.acc + b.acc * beta):
-                hint = "acc_a is not rescaled: multiply it by exp(m_a - m)"
-            elif np.allclose(p.acc, whole.acc / whole.l[:, None]):
-                hint = "keep acc unnormalised: divide by l only at the end (finalize)"
+            weights = "o = (l_a exp(m_a - m) o_a + l_b exp(m_b - m) o_b) / l"
+            if np.allclose(o, alpha * o_a + beta * o_b):
+                hint = ("you merged o as if it were acc: o is already divided by its l, so it "
+                        f"is an average of o_a and o_b weighted by their rescaled sums: {weights}")
+            elif np.allclose(o, o_a + o_b) or np.allclose(o, (o_a + o_b) / 2):
+                hint = f"weight o_a and o_b by their shares of the merged sum: {weights}"
+            elif np.allclose(o, whole.acc):
+                hint = f"that is the unnormalised acc: divide by the merged l, {weights}"
             else:
-                hint = "acc = acc_a exp(m_a - m) + acc_b exp(m_b - m)"
-            fb.fail(f"two blocks with different maxima: acc is wrong; {hint}")
+                hint = weights
+            fb.fail(f"two blocks with different maxima: o is wrong; {hint}")
         elif warns:
             fb.fail(f"two blocks: right answer, but {warned(warns[0])}")
         else:
@@ -220,16 +239,16 @@ def check_merge(fb: Feedback, fn: Callable[[PartialAttention, PartialAttention],
     if fb.problems:
         return
     with fb.case("merge(b, a)"):
-        if _same_partial(_as_partial(call_learner(fn, b, a)[0]), p):
+        if _same_partial(_from_shares(call_learner(fn, _shares(b), _shares(a))[0])[0], p):
             fb.ok("merge(b, a) == merge(a, b)")
         else:
             fb.fail("merge(b, a) differs from merge(a, b): the merge must be symmetric")
     empty = _empty_partial(*a.acc.shape)
-    with fb.case("merging with the empty state (m=-inf, l=0, acc=0)"):
-        got, warns = call_learner(fn, a, empty)
-        p3 = _as_partial(got)
-        if np.isnan(p3.l).any() or np.isnan(p3.acc).any():
-            fb.fail("merging with the empty state (m=-inf, l=0, acc=0) gives NaN: "
+    with fb.case("merging with the empty state (m=-inf, l=0, o=0)"):
+        got, warns = call_learner(fn, _shares(a), _shares(empty))
+        p3, o3 = _from_shares(got)
+        if np.isnan(p3.l).any() or np.isnan(o3).any():
+            fb.fail("merging with the empty state (m=-inf, l=0, o=0) gives NaN: "
                     "exp(-inf - m) is 0, but -inf - (-inf) is NaN when both are empty")
         elif not _same_partial(p3, a):
             fb.fail("merging with the empty state changed the state; it should be the "
@@ -239,10 +258,14 @@ def check_merge(fb: Feedback, fn: Callable[[PartialAttention, PartialAttention],
         else:
             fb.ok("merge(a, empty) == a")
     with fb.case("merge(empty, empty)"):
-        pe = _as_partial(call_learner(fn, empty, empty)[0])
-        if np.isnan(pe.l).any() or np.isnan(pe.acc).any():
+        got, warns = call_learner(fn, _shares(empty), _shares(empty))
+        pe, oe = _from_shares(got)
+        if np.isnan(pe.l).any() or np.isnan(oe).any():
             fb.fail("merge(empty, empty) gives NaN: guard exp(-inf - (-inf)) (for example "
-                    "np.where(m == -inf, 0, exp(m_a - m)))")
+                    "np.where(m == -inf, 0, exp(m_a - m))) and the division by l = 0 "
+                    "(o = 0 there)")
+        elif warns:
+            fb.fail(f"merge(empty, empty): {warned(warns[0])}")
         else:
             fb.ok("merge(empty, empty) is empty, no NaN")
 

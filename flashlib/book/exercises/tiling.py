@@ -33,9 +33,9 @@ from flashlib.book.exercises import (
     checker,
     names,
     shape_problem,
+    variants,
     warned,
 )
-from flashlib.book.exercises import variants
 from flashlib.book.exercises.memory import measure_peak
 from flashlib.studies.io_model import block_counts
 from flashlib.studies.tiling import logged_tiles

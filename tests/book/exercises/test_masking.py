@@ -8,10 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flashlib.book.exercises import variants
-
 from flashlib.algorithms import masked_flash_forward
-from flashlib.book.exercises import NOT_ATTEMPTED
+from flashlib.book.exercises import NOT_ATTEMPTED, variants
 from flashlib.book.exercises import masking as mx
 from flashlib.core.masks import band_tile_class
 from flashlib.studies.masking import blind_row_problem, stored_guard_forward

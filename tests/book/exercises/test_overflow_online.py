@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flashlib.algorithms import safe_softmax
+from flashlib.algorithms import merge_states, safe_softmax
 from flashlib.book.exercises import online_softmax as ol
 from flashlib.book.exercises import overflow as ov
 from flashlib.fast.online import PartialAttention, merge_partials, partial_attention
@@ -178,9 +178,27 @@ def test_online_update_reports_errors_on_the_stream(kind, phrase):
 
 # ---- merge ----------------------------------------------------------------------------------
 
-def test_merge_accepts_a_copy_of_flashlib_merge():
-    fb = ol.check_merge(merge_partials)
+def merge_shares(a, b):
+    """A right merge of states handed over normalised, (m, l, o = acc / l)."""
+    m = np.maximum(a[0], b[0])
+    safe = np.where(np.isneginf(m), 0.0, m)
+    wa, wb = a[1] * np.exp(a[0] - safe), b[1] * np.exp(b[0] - safe)
+    l = wa + wb  # noqa: E741
+    o = wa[:, None] * a[2] + wb[:, None] * b[2]
+    return m, l, np.where((l > 0)[:, None], o / np.where(l > 0, l, 1.0)[:, None], 0.0)
+
+
+def test_merge_accepts_a_right_merge_of_normalised_states():
+    fb = ol.check_merge(merge_shares)
     assert fb.passed, text(fb)
+
+
+def test_a_copy_of_the_chapters_merge_states_fails():
+    """Issue 35: the merge_states the chapter shows merges (m, l, acc); the exercise's states
+    carry o = acc / l, which it merges as if it were acc."""
+    from flashlib.book.exercises.registry import learner_copy
+
+    assert_fails_with(ol.check_merge(learner_copy(merge_states)), "as if it were acc")
 
 
 # ---- empty state ----------------------------------------------------------------------------

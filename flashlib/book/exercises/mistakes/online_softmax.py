@@ -9,10 +9,9 @@ from flashlib.book.exercises.online_softmax import (
     check_merge,
     check_merge_counterexample,
     check_online_update,
-    merge_forgetting_acc_rescale,
 )
 from flashlib.book.exercises.registry import Mistake, declare_mistakes
-from flashlib.fast.online import PartialAttention, partial_attention
+from flashlib.fast.online import partial_attention
 
 # ---- 3.1 online update (a block of values at once) -------------------------------------------
 
@@ -67,53 +66,64 @@ declare_mistakes(
 # ---- 3.2 merge -------------------------------------------------------------------------------
 
 def _merge(a, b):
-    """A right merge (what each mistake below changes one thing of)."""
-    m = np.maximum(a.m, b.m)
+    """A right merge of ``(m, l, o)`` states (what each mistake below changes one thing of)."""
+    (m_a, l_a, o_a), (m_b, l_b, o_b) = a, b
+    m = np.maximum(m_a, m_b)
     safe = np.where(np.isneginf(m), 0.0, m)
-    x, y = np.exp(a.m - safe), np.exp(b.m - safe)
-    return PartialAttention(m, a.l * x + b.l * y, a.acc * x[:, None] + b.acc * y[:, None])
+    x, y = np.exp(m_a - safe), np.exp(m_b - safe)
+    l = l_a * x + l_b * y  # noqa: E741
+    acc = (l_a * x)[:, None] * o_a + (l_b * y)[:, None] * o_b
+    return m, l, np.where((l > 0)[:, None], acc / np.where(l > 0, l, 1.0)[:, None], 0.0)
+
+
+def merged_as_acc(a, b):  # the chapter's merge_states, on normalised states
+    m = np.maximum(a[0], b[0])
+    safe = np.where(np.isneginf(m), 0.0, m)
+    x, y = np.exp(a[0] - safe), np.exp(b[0] - safe)
+    return m, a[1] * x + b[1] * y, a[2] * x[:, None] + b[2] * y[:, None]
 
 
 def no_l_rescale(a, b):
-    p = _merge(a, b)
-    return p.m, a.l + b.l, p.acc
+    m, l, o = _merge(a, b)
+    return m, a[1] + b[1], o
 
 
-def half_rescaled(a, b):
-    p = _merge(a, b)
-    return p.m, p.l, a.acc * np.exp(a.m - p.m)[:, None] + b.acc
+def not_divided(a, b):
+    m, l, o = _merge(a, b)
+    return m, l, o * l[:, None]
 
 
-def normalised(a, b):
-    p = _merge(a, b)
-    return p.m, p.l, p.acc / p.l[:, None]
+def plain_average(a, b):
+    m, l, o = _merge(a, b)
+    return m, l, (a[2] + b[2]) / 2
 
 
 def min_max(a, b):
-    p = _merge(a, b)
-    return np.minimum(a.m, b.m), p.l, p.acc
+    m, l, o = _merge(a, b)
+    return np.minimum(a[0], b[0]), l, o
 
 
 def unguarded_merge(a, b):
-    m = np.maximum(a.m, b.m)
-    x, y = np.exp(a.m - m), np.exp(b.m - m)
-    return m, a.l * x + b.l * y, a.acc * x[:, None] + b.acc * y[:, None]
+    m = np.maximum(a[0], b[0])
+    x, y = np.exp(a[0] - m), np.exp(b[0] - m)
+    l = a[1] * x + b[1] * y  # noqa: E741
+    return m, l, ((a[1] * x)[:, None] * a[2] + (b[1] * y)[:, None] * b[2]) / l[:, None]
 
 
 def lopsided(a, b):
-    return _merge(a, b) if a.m[0] >= b.m[0] else _merge(a, a)
+    return _merge(a, b) if a[0][0] >= b[0][0] else _merge(a, a)
 
 
 def asymmetric(a, b):  # right for merge(a, b), wrong for merge(b, a)
-    return _merge(a, b) if a.m[0] <= b.m[0] else _merge(a, a)
+    return _merge(a, b) if a[0][0] <= b[0][0] else _merge(a, a)
 
 
 declare_mistakes(
     check_merge,
-    Mistake("acc not rescaled", (merge_forgetting_acc_rescale,), ("forgot to rescale acc",)),
+    Mistake("o merged as acc", (merged_as_acc,), ("as if it were acc",)),
     Mistake("l not rescaled", (no_l_rescale,), ("added l_a + l_b without rescaling",)),
-    Mistake("acc_b not rescaled", (half_rescaled,), ("acc_b is not rescaled",)),
-    Mistake("acc normalised", (normalised,), ("keep acc unnormalised",)),
+    Mistake("not divided by l", (not_divided,), ("divide by the merged l",)),
+    Mistake("a plain average", (plain_average,), ("weight o_a and o_b",)),
     Mistake("the smaller maximum", (min_max,), ("expected max(m_a, m_b)",)),
     Mistake("no guard for two empty states", (unguarded_merge,),
             ("merge(empty, empty) gives NaN",)),
