@@ -15,6 +15,12 @@ shows (issue 25).  For every exercise, every checker is run on
   the answer to each call, standing for a student reading the page); only numbers with three
   significant digits or more count (a 4 or a 64 is printed everywhere).
 
+And, for every exercise whose answer is a number, a set, a letter or a formula (issue 35),
+the student page's **prose** is searched for that answer (the book's variant 0, the one the
+site prints) near the exercise's key terms (:data:`STATED`); tests/tools/test_student_prose.py
+runs the same search on the chapters without their solutions when the site is not built, and
+checks that it catches the six answers the site stated before issue 35 (:data:`BEFORE`).
+
 An exercise that passes is a spoiler.  The exercises that spoil today are listed in
 :data:`KNOWN_SPOILERS` with why; issues 23 and 24 rework them.  The test fails on a spoiler
 not on the list, and on a listed one that no longer spoils (so the list cannot go stale):
