@@ -47,7 +47,7 @@ def update(m, l, xs):
     m_new = max(m, np.max(xs))
     if m_new == -np.inf:
         return m_new, l
-    return m_new, my_rescale(l, m, m_new) + np.sum(np.exp(xs - m_new))
+    return m_new, l * np.exp2(m - m_new) + np.sum(np.exp2(xs - m_new))
 
 
 check_online_update(update)

@@ -1,7 +1,7 @@
 """Checkers for the exercises of the online-softmax chapter (book/online-softmax.md).
 
 check_online_update         ``update(m, l, xs) -> (m_new, l_new)``: one step reading a block
-                            of values at once
+                            of values at once, in base 2 (exp2)
 check_merge                 ``merge(a, b) -> (m, l, o)`` of two partial attention states
                             handed over normalised (``o = acc / l``)
 check_empty_partial         ``empty(n_q, d_v)``, the identity element of the merge
@@ -30,7 +30,6 @@ from flashlib.fast.online import (
     finalize_partial,
     merge_partials,
     partial_attention,
-    two_pass_softmax_state,
 )
 
 __all__ = [
@@ -68,9 +67,10 @@ def check_online_update(fb: Feedback,
                         fn: Callable[[float, float, np.ndarray], tuple[float, float]]) -> None:
     """Check ``update(m, l, xs) -> (m_new, l_new)``, the online softmax step that reads a
     block of values ``xs`` (a 1-D array: several values, one, none, or masked -inf) at once,
-    as a tile of one score row."""
+    as a tile of one score row, in base 2 as GPU kernels keep it: ``l`` is the sum of
+    ``2 ** (x - m)`` (exp2)."""
     inf = float("inf")
-    e = float(np.e)
+    e = 2.0  # base 2: l sums 2 ** (x - m)
     cases = [
         ("first block: (m, l) = (-inf, 0), xs = [3, 1]", (-inf, 0.0, [3.0, 1.0]),
          (3.0, 1.0 + e**-2)),
@@ -94,28 +94,33 @@ def check_online_update(fb: Feedback,
             m_got, l_got = _as_pair(got)
             ref = m_want if m_want > -inf else 0.0
             if np.isnan(m_got) or np.isnan(l_got):
-                hint = ("exp(-inf - (-inf)) is NaN: when m_new is -inf nothing has been seen; "
-                        "keep l = 0 (np.where or an if)" if m_want == -inf else
-                        "exp overflowed or -inf - (-inf) appeared; compute exp(m - m_new) and "
-                        "exp(xs - m_new), all <= 1")
+                hint = ("exp2(-inf - (-inf)) is NaN: when m_new is -inf nothing has been "
+                        "seen; keep l = 0 (np.where or an if)" if m_want == -inf else
+                        "exp2 overflowed or -inf - (-inf) appeared; compute exp2(m - m_new) and "
+                        "exp2(xs - m_new), all <= 1")
                 fb.fail(f"{name}: got NaN ({m_got}, {l_got}): {hint}")
             elif m_got != m_want:
                 fb.fail(f"{name}: m_new = {m_got}, expected {m_want}: m_new = max(m, max(xs)) "
                         "(an empty block leaves m as it is)")
             elif not np.isclose(l_got, l_want, rtol=1e-12, atol=0):
-                added = float(np.sum(np.exp(x - ref))) if x.size else 0.0
-                if np.isclose(l_got, l + added) and m != m_want:
+                added = float(np.sum(np.exp2(x - ref))) if x.size else 0.0
+                base_e = (l * np.exp(m - ref) if m > -inf else 0.0) + (
+                    float(np.sum(np.exp(x - ref))) if x.size else 0.0)
+                if np.isclose(l_got, base_e):
+                    hint = ("that is the sum in base e: keep it in base 2, "
+                            "l_new = l * exp2(m - m_new) + sum(exp2(xs - m_new))")
+                elif np.isclose(l_got, l + added) and m != m_want:
                     hint = ("you forgot to rescale the old sum when the max changed: "
-                            "l_new = l * exp(m - m_new) + sum(exp(xs - m_new))")
-                elif m > -inf and np.isclose(l_got, l * np.exp(m_want - m) + added):
-                    hint = "the rescale factor is upside down: use exp(m - m_new), which is <= 1"
-                elif x.size and np.isclose(l_got, l * np.exp(m - ref) + np.exp(top - ref)):
+                            "l_new = l * exp2(m - m_new) + sum(exp2(xs - m_new))")
+                elif m > -inf and np.isclose(l_got, l * np.exp2(m_want - m) + added):
+                    hint = "the rescale factor is upside down: use exp2(m - m_new), which is <= 1"
+                elif x.size and np.isclose(l_got, l * np.exp2(m - ref) + np.exp2(top - ref)):
                     hint = ("add every value of the block, not only its maximum: "
-                            "sum(exp(xs - m_new))")
-                elif m_want == m and np.isclose(l_got, l + float(np.sum(np.exp(x)))):
-                    hint = "subtract the running max inside exp: exp(xs - m_new)"
+                            "sum(exp2(xs - m_new))")
+                elif m_want == m and np.isclose(l_got, l + float(np.sum(np.exp2(x)))):
+                    hint = "subtract the running max inside exp: exp2(xs - m_new)"
                 else:
-                    hint = "l_new = l * exp(m - m_new) + sum(exp(xs - m_new))"
+                    hint = "l_new = l * exp2(m - m_new) + sum(exp2(xs - m_new))"
                 fb.fail(f"{name}: l_new = {l_got:.6g}, expected {l_want:.6g}: {hint}")
             elif warns:
                 fb.fail(f"{name}: right answer, but {warned(warns[0])}")
@@ -135,12 +140,13 @@ def check_online_update(fb: Feedback,
                 fb.fail(f"{label}: at the block from value {i} {warned(warns[0])}")
         if case.failed or fb.problems:
             return  # stop at the first bad step
-    ref = two_pass_softmax_state(stream)
-    if m == float(ref.m) and np.isclose(l, float(ref.l), rtol=1e-10):
+    ref_m = float(np.max(stream))
+    ref_l = float(np.sum(np.exp2(stream - ref_m)))  # the two-pass result, in base 2
+    if m == ref_m and np.isclose(l, ref_l, rtol=1e-10):
         fb.ok(f"{label}: same (m, l) as the two-pass result")
     else:
         fb.fail(f"{label}: got ({m:.6g}, {l:.6g}), the two-pass result is "
-                f"({float(ref.m):.6g}, {float(ref.l):.6g})")
+                f"({ref_m:.6g}, {ref_l:.6g})")
 
 
 def _random_partials(seed: int, n_q: int = 3, d_v: int = 4, block: int = 5,

@@ -140,7 +140,7 @@ def good_update(m, l, xs):  # noqa: E741
     m_new = max(m, np.max(xs))
     if m_new == -np.inf:
         return m_new, 0.0
-    return m_new, l * np.exp(m - m_new) + np.sum(np.exp(xs - m_new))
+    return m_new, l * np.exp2(m - m_new) + np.sum(np.exp2(xs - m_new))
 
 
 def test_online_update_accepts_correct():

@@ -13,7 +13,7 @@ from flashlib.book.exercises.online_softmax import (
 from flashlib.book.exercises.registry import Mistake, declare_mistakes
 from flashlib.fast.online import partial_attention
 
-# ---- 3.1 online update (a block of values at once) -------------------------------------------
+# ---- 3.1 online update (a block of values at once, base 2) --------------------------------
 
 
 def _top(m, xs):
@@ -22,26 +22,33 @@ def _top(m, xs):
 
 def no_rescale(m, l, xs):
     m_new = _top(m, xs)
-    return m_new, (l + np.sum(np.exp(xs - m_new))) if m_new > -np.inf else 0.0
+    return m_new, (l + np.sum(np.exp2(xs - m_new))) if m_new > -np.inf else 0.0
 
 
 def upside_down(m, l, xs):
     m_new = _top(m, xs)
     if m_new == -np.inf:
         return m_new, 0.0
-    return m_new, l * np.exp(m_new - m) + np.sum(np.exp(xs - m_new))
+    return m_new, l * np.exp2(m_new - m) + np.sum(np.exp2(xs - m_new))
 
 
 def unguarded(m, l, xs):
     m_new = _top(m, xs)
-    return m_new, l * np.exp(m - m_new) + np.sum(np.exp(xs - m_new))
+    return m_new, l * np.exp2(m - m_new) + np.sum(np.exp2(xs - m_new))
 
 
 def max_only(m, l, xs):
     m_new = _top(m, xs)
     if m_new == -np.inf:
         return m_new, 0.0
-    return m_new, l * np.exp(m - m_new) + np.exp(np.max(xs) - m_new)
+    return m_new, l * np.exp2(m - m_new) + np.exp2(np.max(xs) - m_new)
+
+
+def base_e(m, l, xs):  # the chapter's exp, not exp2
+    m_new = _top(m, xs)
+    if m_new == -np.inf:
+        return m_new, 0.0
+    return m_new, l * np.exp(m - m_new) + np.sum(np.exp(xs - m_new))
 
 
 def unchanged(m, l, xs):
@@ -58,6 +65,7 @@ declare_mistakes(
     Mistake("the factor upside down", (upside_down,), ("upside down",)),
     Mistake("no guard for -inf", (unguarded,), ("got NaN", "keep l = 0")),
     Mistake("the block's maximum only", (max_only,), ("add every value of the block",)),
+    Mistake("base e", (base_e,), ("the sum in base e",)),
     Mistake("nothing updated", (unchanged,), ("m_new = max(m, max(xs))",)),
     Mistake("m only", (m_only,), ("return a pair",)),
 )
