@@ -357,7 +357,8 @@ def grade(folder: Path, out: Path, *, timeout: float | None = None, jobs: int = 
             task_id = f"{len(pending)}"
             pending[task_id] = row
             tasks[chapter.name].append({"id": task_id, "exercise": number, "owner": sub.notebook,
-                                        "cells": sources, "prelude": prelude})
+                                        "cells": sources, "prelude": prelude,
+                                        "student": sub.student})  # whose variant
     assigned = list(chapter_names or [])
     if students is not None and not assigned:
         assigned = [n for n in chapters if n in graded]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -105,15 +106,31 @@ def results_json(rows: list[Any], seconds: float) -> dict[str, Any]:
             "visibility": "visible", "stdout_visibility": "hidden", "tests": tests}
 
 
+def student_id(root: Path) -> str:
+    """The submitting student's id, from Gradescope's ``submission_metadata.json`` (its first
+    user's ``sid``, else ``email``, else ``id``): the id their exercises' variants are drawn
+    from (flashlib/book/exercises/variants.py); ``"student"`` when it names none."""
+    try:
+        meta = json.loads((root / "submission_metadata.json").read_text(encoding="utf-8"))
+        user = meta["users"][0]
+        found = str(user.get("sid") or user.get("email") or user.get("id") or "")
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        found = ""
+    found = re.sub(r"[^\w.@+-]", "_", found).lstrip(".")[:100]
+    return found or "student"
+
+
 def run(root: Path, timeout: float | None = None) -> dict[str, Any]:
-    """Grade ``root``/submission, write ``root``/results/results.json; its content."""
+    """Grade ``root``/submission, write ``root``/results/results.json; its content.  The
+    submission is graded as the student ``submission_metadata.json`` names (their id draws
+    their variants)."""
     from grading.grade import grade
 
     started = time.monotonic()
     results = root / "results"
     results.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gradescope-") as tmp:
-        student = Path(tmp) / "submissions" / "student"
+        student = Path(tmp) / "submissions" / student_id(root)
         shutil.copytree(root / "submission", student, symlinks=True)
         rows = grade(Path(tmp) / "submissions", Path(tmp) / "report", timeout=timeout)
     found = results_json(rows, time.monotonic() - started)

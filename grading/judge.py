@@ -245,7 +245,8 @@ class Judge:
             link.send({"op": "run", "prelude": prelude, "prelude_budget": budget,
                        "cpu_limit": timeout, "cells": task["cells"],
                        "checkers": chapter["checkers"], "args": args, "kwargs": kwargs,
-                       "tolerant": not self.options.strict})
+                       "tolerant": not self.options.strict,
+                       "student": str(task.get("student", ""))})
             ran, buffers = link.recv()
             if ran.get("ev") == "started":  # the earlier cells are done: the clock restarts
                 started = True
@@ -263,7 +264,10 @@ class Judge:
                             f"{exercise['call']} raised {ran['arg_error']}")}
             values = link.decode(ran.get("value"), buffers)
             checker = _import(exercise["checker"])
-            fb = checker(*values.get("args", []), **values.get("kwargs", {}))
+            from flashlib.book.exercises.grader_adapter import as_student
+
+            with as_student(str(task.get("student", ""))):  # the student's own variant
+                fb = checker(*values.get("args", []), **values.get("kwargs", {}))
         except rpc.Deadline:
             busy = machine_busy()
             return {"status": "timeout", "in_prelude": bool(prelude) and not started,

@@ -156,6 +156,9 @@ def run_student(shell: Any, request: dict[str, Any], started: Any = None) -> dic
     (``cells``; with ``tolerant``, top-level statements that do not parse are skipped), the
     checkers' names standing for a function that does nothing; then the names the checker
     call passes (``args``, ``kwargs``: expressions), evaluated."""
+    from flashlib.book.exercises.grader_adapter import STUDENT_ENV
+
+    os.environ[STUDENT_ENV] = str(request.get("student", ""))  # the student's own variants
     ns = shell.user_ns
     checkers = {name: ns.get(name) for name in request.get("checkers", [])}
     notes: list[str] = []

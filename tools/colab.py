@@ -14,6 +14,9 @@ set-up cell that every generated notebook runs first.
   ``repository.url``) and ``{version}`` (pyproject.toml) filled in, a ``#@title`` form cell
   collapsed in Colab and JupyterLab (:data:`COLLAPSED_CODE`) that installs ``flashlib[book]``
   at the tag ``v{version}`` on Colab; tools/convert.py puts it after each notebook's title;
+- :func:`student_cell`: the student edition's second cell, after the set-up cell: the
+  student's id (``STUDENT_ID = "..."``), from which the exercises' variants are drawn
+  (flashlib.book.exercises.variants), and the chapter's variants printed;
 - :func:`has_setup_cell`: whether a chapter pasted a set-up cell of its own (the drift check,
   ``python -m tools.notebooks check``, refuses one: the notebooks get the generated one).
 """
@@ -86,6 +89,26 @@ def colab_cell(student: bool = False) -> nbformat.NotebookNode:
     if student:
         source = source.replace(f"git+{repository()[0]}@v{version()}", student_wheel_url())
     return nbformat.v4.new_code_cell(source, metadata=COLLAPSED_CODE)
+
+
+#: The student edition's id cell (:func:`student_cell`); ``{chapter}``: the chapter's number.
+STUDENT_CELL = """\
+#@title Your student id: put it here, then run this cell
+STUDENT_ID = ""  # the id your course grades you by, e.g. "s1234567"
+
+# The exercises whose answer is a number, a letter or a formula ask each
+# student their own variant, drawn from the id (the grader checks that one):
+from flashlib.book.exercises.variants import use_student
+
+STUDENT_ID = use_student(STUDENT_ID, chapter="{chapter}")"""
+
+
+def student_cell(chapter: int) -> nbformat.NotebookNode:
+    """The student edition's id cell for chapter number ``chapter``: ``STUDENT_ID`` (or the
+    environment variable FLASHLIB_STUDENT_ID when it is empty) sets the student whose variants
+    the exercises ask, and the chapter's variants are printed."""
+    return nbformat.v4.new_code_cell(STUDENT_CELL.format(chapter=chapter),
+                                     metadata=COLLAPSED_CODE)
 
 
 def has_setup_cell(nb: nbformat.NotebookNode) -> bool:

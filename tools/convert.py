@@ -62,7 +62,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-from tools.colab import COLLAPSED_CODE, colab_cell, colab_link
+from tools.colab import COLLAPSED_CODE, colab_cell, colab_link, student_cell
 from tools.myst import CODE_FENCE, DIRECTIVE, LABEL, OPTION, ROLE
 from tools.paths import ROOT
 from tools.project import repository
@@ -443,13 +443,16 @@ def clean_notebook(source: Path, citations: dict[str, list[str]] | None = None,
     cells[title].source = head
     has_code = any(c.cell_type == "code" for c in cells)
     extra = [colab_cell(student=student)] if has_code else []
+    if has_code and page.student and page.n_exercises:  # the student's id: their variants
+        extra.append(student_cell(chapter_number(source)))
     if rest:
         extra.append(nbformat.v4.new_markdown_cell(rest))
         cited_by[title], cited_by_rest = [], cited_by[title]
     else:
         cited_by_rest = []
     cells[title + 1 : title + 1] = extra
-    cited_by[title + 1 : title + 1] = [[]] * has_code + ([cited_by_rest] if rest else [])
+    cited_by[title + 1 : title + 1] = ([[]] * (len(extra) - bool(rest))
+                                       + ([cited_by_rest] if rest else []))
     if rest and cited_by_rest:  # numbers for the text after the title go before it
         raise ValueError(f"{source.relative_to(ROOT)}: the text before the first code cell "
                          f"cites glued numbers {cited_by_rest}; no cell has computed them")

@@ -30,8 +30,10 @@ RIGHT_MERGE = """
 def merge(a, b):
     m = np.maximum(a[0], b[0])
     safe = np.where(np.isneginf(m), 0.0, m)
-    fa, fb = np.exp(a[0] - safe), np.exp(b[0] - safe)
-    return m, a[1] * fa + b[1] * fb, a[2] * fa[:, None] + b[2] * fb[:, None]
+    wa, wb = a[1] * np.exp(a[0] - safe), b[1] * np.exp(b[0] - safe)
+    l = wa + wb
+    o = wa[:, None] * a[2] + wb[:, None] * b[2]
+    return m, l, np.where((l > 0)[:, None], o / np.where(l > 0, l, 1.0)[:, None], 0.0)
 """
 #: 3.1 defines a helper that 3.2 uses: fine in Jupyter, so fine here (not with --standalone)
 HELPER_31 = """
@@ -39,11 +41,13 @@ def my_rescale(l, m_old, m_new):
     return l * np.exp(m_old - m_new)
 
 
-def update(m, l, x):
-    m_new = max(m, x)
+def update(m, l, xs):
+    if len(xs) == 0:
+        return m, l
+    m_new = max(m, np.max(xs))
     if m_new == -np.inf:
         return m_new, l
-    return m_new, my_rescale(l, m, m_new) + np.exp(x - m_new)
+    return m_new, l * np.exp2(m - m_new) + np.sum(np.exp2(xs - m_new))
 
 
 check_online_update(update)
@@ -52,8 +56,10 @@ HELPER_32 = """
 def merge(a, b):
     m = np.maximum(a[0], b[0])
     safe = np.where(np.isneginf(m), 0.0, m)
-    fa, fb = my_rescale(1.0, a[0], safe), my_rescale(1.0, b[0], safe)
-    return m, a[1] * fa + b[1] * fb, a[2] * fa[:, None] + b[2] * fb[:, None]
+    wa, wb = a[1] * my_rescale(1.0, a[0], safe), b[1] * my_rescale(1.0, b[0], safe)
+    l = wa + wb
+    o = wa[:, None] * a[2] + wb[:, None] * b[2]
+    return m, l, np.where((l > 0)[:, None], o / np.where(l > 0, l, 1.0)[:, None], 0.0)
 
 
 check_merge(merge)
@@ -87,11 +93,11 @@ def merge(a, b):
 
 check_merge(merge)
 """
-#: right but for the masked score into the empty state (NaN): 4 of the 5 first checks
+#: right but for the masked block into the empty state (NaN): 6 of the 7 first checks
 HALF = """
-def update(m, l, x):
-    m_new = max(m, x)
-    return m_new, l * np.exp(m - m_new) + np.exp(x - m_new)
+def update(m, l, xs):
+    m_new = max(m, np.max(xs)) if len(xs) else m
+    return m_new, l * np.exp2(m - m_new) + np.sum(np.exp2(xs - m_new))
 
 
 check_online_update(update)

@@ -54,3 +54,24 @@ def test_run_autograder_on_a_made_up_student(tmp_path):
     assert all(t["status"] == "passed" for t in solution["tests"]), solution
     assert solution["score"] == len(solution["tests"])
     assert results["s02-mistake"]["score"] < solution["score"]
+
+
+def test_the_student_id_comes_from_gradescopes_metadata(tmp_path):
+    """Issue 35: each submission is graded as its student (their variants), from
+    submission_metadata.json's users (Gradescope's documented format)."""
+    import json
+
+    from grading.gradescope import student_id
+
+    assert student_id(tmp_path) == "student"
+    meta = tmp_path / "submission_metadata.json"
+    meta.write_text(json.dumps({"users": [{"email": "ada@uni.edu", "id": 7, "name": "Ada",
+                                           "sid": "s1234567"}]}), encoding="utf-8")
+    assert student_id(tmp_path) == "s1234567"
+    meta.write_text(json.dumps({"users": [{"email": "ada@uni.edu", "sid": None}]}),
+                    encoding="utf-8")
+    assert student_id(tmp_path) == "ada@uni.edu"
+    meta.write_text(json.dumps({"users": [{"sid": "a/b\\c:d"}]}), encoding="utf-8")
+    assert student_id(tmp_path) == "a_b_c_d"
+    meta.write_text("not json", encoding="utf-8")
+    assert student_id(tmp_path) == "student"

@@ -121,3 +121,21 @@ def test_setup_cell_elsewhere_installs_nothing(monkeypatch):
     calls, printed = run_setup_cell(monkeypatch, on_colab=False, installed=False)
     assert calls == []
     assert printed.startswith("flashlib is not installed") and "pip install '" in printed
+
+
+def test_the_student_id_cell_sets_the_id_and_prints_the_variants(capsys, monkeypatch):
+    """Issue 35: the student edition's second cell takes the student's id (STUDENT_ID, or the
+    environment variable when it is empty) and prints the chapter's variants."""
+    from flashlib.book.exercises import variants
+
+    cell = colab.student_cell(4)
+    assert cell.metadata == colab.COLLAPSED_CODE and 'chapter="4"' in cell.source
+    monkeypatch.setenv(variants.ENV, "")
+    namespace: dict = {}
+    exec(compile(cell.source.replace('STUDENT_ID = ""', 'STUDENT_ID = "s42"', 1),  # noqa: S102
+                 "<id cell>", "exec"), namespace)
+    out = capsys.readouterr().out
+    assert namespace["STUDENT_ID"] == "s42" and "Student s42" in out and "Exercise 4.5" in out
+    monkeypatch.setenv(variants.ENV, "s43")
+    exec(compile(cell.source, "<id cell>", "exec"), namespace)  # noqa: S102
+    assert namespace["STUDENT_ID"] == "s43"

@@ -182,7 +182,8 @@ def _as_readers(text: str) -> str:
 
 def test_student_notebook_equals_full_one_without_its_solutions():
     """Removing the solutions keeps every other cell: the full notebook's cells minus the
-    solution cells, the "Numbers in the solution" cells and the <details> are the student's."""
+    solution cells, the "Numbers in the solution" cells and the <details> are the student's,
+    beside the student's id cell (its exercises' variants) after the set-up cell."""
     for source in CHAPTERS:
         full = convert.clean_notebook(source)
         kept = []
@@ -194,8 +195,14 @@ def test_student_notebook_equals_full_one_without_its_solutions():
             if body:
                 kept.append((cell.cell_type, body))
         student = [(c.cell_type, _as_readers(c.source.strip()))  # its links, its set-up
-                   for c in convert.clean_notebook(source, student=True).cells]
+                   for c in convert.clean_notebook(source, student=True).cells
+                   if not c.source.startswith("#@title Your student id")]  # its id cell
         assert student == kept, source.name
+        ids = [c for c in convert.clean_notebook(source, student=True).cells
+               if c.source.startswith("#@title Your student id")]
+        if any(c.cell_type == "code" for c in full.cells) and convert.exercise_numbers(
+                "\n".join(c.source for c in full.cells if c.cell_type == "markdown")):
+            assert len(ids) == 1 and "STUDENT_ID" in ids[0].source, source.name
 
 
 @pytest.mark.site

@@ -15,6 +15,12 @@ shows (issue 25).  For every exercise, every checker is run on
   the answer to each call, standing for a student reading the page); only numbers with three
   significant digits or more count (a 4 or a 64 is printed everywhere).
 
+And, for every exercise whose answer is a number, a set, a letter or a formula (issue 35),
+the student page's **prose** is searched for that answer (the book's variant 0, the one the
+site prints) near the exercise's key terms (:data:`STATED`); tests/tools/test_student_prose.py
+runs the same search on the chapters without their solutions when the site is not built, and
+checks that it catches the six answers the site stated before issue 35 (:data:`BEFORE`).
+
 An exercise that passes is a spoiler.  The exercises that spoil today are listed in
 :data:`KNOWN_SPOILERS` with why; issues 23 and 24 rework them.  The test fails on a spoiler
 not on the list, and on a listed one that no longer spoils (so the list cannot go stale):
@@ -52,13 +58,11 @@ pytestmark = [pytest.mark.site, pytest.mark.student_site]
 #: Exercises that the student edition answers today, with what answers them.  Issues 23 and
 #: 24 rework each one (different sizes, another variant, a derivation) so that the student
 #: edition asks for something its pages have not printed, shown or imported.
-KNOWN_SPOILERS: dict[str, str] = {
-    # Issue 31 made the teaching functions right on the empty state (as the book teaches), so
-    # the online_update and merge_states the chapter shows now carry the guard these two
-    # exercises asked for; rework them to ask for something the shown code does not do.
-    "3.1": "shown online_update keeps the empty state (issue 31)",
-    "3.2": "shown merge_states merges two empty states (issue 31)",
-}
+KNOWN_SPOILERS: dict[str, str] = {}
+# Reworked by issue 35 once issue 31 made the shown teaching functions right on the empty
+# state: 3.1 asks for the update of a block of values at once (online_update, shown, reads one
+# value and returns arrays for a block); 3.2 merges states handed over normalised, (m, l,
+# o = acc / l) (merge_states, shown, merges o as if it were acc).
 # Answered before issue 25 and no longer: 4.4 (paper_block_sizes, imported), 8.1 (round_to),
 # 8.2 (dot), 9.2 (io_count, imported under the exercise's name), 11.1 (naive_attention over
 # all the keys), 11.2 (flash_attention): their checkers refuse the library's function
@@ -403,6 +407,106 @@ def test_every_known_spoiler_still_spoils(spoilers):
     stale = sorted(set(KNOWN_SPOILERS) - set(spoilers), key=chapters.number_key)
     assert not stale, (f"no longer answered by the student edition: {stale}; remove them from "
                        "KNOWN_SPOILERS")
+
+
+# ---------------------------------------------------------------------------------------------
+# Answers stated in prose: numbers, sets, letters and formulas
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Stated:
+    """An exercise's answer as prose would state it: ``answers``, patterns of the answer of
+    the book's variant (variant 0: the question the student site prints), and ``terms``,
+    patterns of the exercise's key terms; the page states the answer when one of the
+    answers lies within :data:`NEAR` characters of one of the terms."""
+
+    page: str
+    answers: tuple[str, ...]
+    terms: tuple[str, ...]
+
+
+#: Characters either side of an answer in which a key term makes it a statement of the answer.
+NEAR = 300
+
+#: The answers of the exercises whose answer is a number, a set, a letter or a formula (the
+#: book's variant; a student's own variant has other parameters, flashlib.book.exercises.
+#: variants), as a page would state them.
+STATED: dict[str, Stated] = {
+    "4.3": Stated("tiling", (r"\b288\b",), (r"writes? of \$?O", r"block writes")),
+    # the letter's size, not as one of the offered choices ("(c) M / 2")
+    "4.5": Stated("tiling", (r"(?<!\) )\bM\s*/\s*2\b", r"2d \\cdot M"),
+                  (r"cap", r"score tile", r"S_\{ij\}")),
+    "6.4": Stated("masking", (r"\(\s*W\s*-\s*1\s*,\s*W\s*-\s*1\s*\)",), (r"window",)),
+    "8.3": Stated("precision", (r"\bl\$? and (?:the )?(?:output's )?(?:\{term\}`)?accumulator",
+                                r"\{\s*l\s*,\s*acc\s*\}", r"\bl\b[^.]{0,20}\bacc\b"),
+                  (r"float32",)),
+    "9.1": Stated("io-model", (r"4\s*N_q\s*N_k", r"12,?448,?000"), (r"Algorithm 0", r"HBM")),
+    "11.3": Stated("beyond", (r"h\s*\+\s*h_\{?kv\}?", r"h\s*(?:\\bmod|%)\s*h_\{?kv"),
+                   (r"gradient", r"\bsum", r"dK")),
+}
+
+#: Exercises whose answer the student site still states in prose, with why.
+KNOWN_STATED: dict[str, str] = {
+    "8.3": "the precision chapter's overview states what FlashAttention keeps in float32; the "
+           "smallest set is {l, acc} for every size and dtype tried, so variants cannot move it",
+}
+
+
+def stated_answers(text: str, stated: Stated) -> list[str]:
+    """Where ``text`` states the answer: each answer found near a key term, in context."""
+    found = []
+    for answer in stated.answers:
+        for match in re.finditer(answer, text):
+            around = text[max(0, match.start() - NEAR): match.end() + NEAR]
+            if any(re.search(term, around) for term in stated.terms):
+                found.append(text[max(0, match.start() - 60): match.end() + 60]
+                             .replace("\n", " "))
+    return found
+
+
+def student_text(page: str, built: bool = True) -> str:
+    """The student edition's text of ``page``: the chapter without its solutions (what the
+    student site renders), and (``built``) the built student page's text where it is built."""
+    from tests.tools.test_student_edition import solutions
+
+    text = solutions(grade.ROOT / "book" / f"{page}.md")[1]
+    page_file = STUDENT_HTML / "book" / f"{page}.html"
+    if built and page_file.is_file():
+        page_text = re.sub(r"<[^>]+>", " ", page_file.read_text(encoding="utf-8"))
+        text += "\n" + html.unescape(page_text)
+    return text
+
+
+@pytest.mark.parametrize("number", sorted(STATED, key=chapters.number_key))
+def test_the_student_site_does_not_state_the_answer(number):
+    found = stated_answers(student_text(STATED[number].page), STATED[number])
+    if number in KNOWN_STATED:
+        assert found, f"{number} is no longer stated: remove it from KNOWN_STATED"
+        return
+    assert not found, f"the student site states the answer of {number}: {found}"
+
+
+#: What the student site said before issue 35 reworked these exercises, and the answers as
+#: they were: the test above would have caught each.
+BEFORE = {
+    "4.3": ("So FlashAttention-2 did not swap the loops to read less. Its gains are elsewhere: "
+            "writes of $O$ (128 block writes against 16), divisions by",
+            Stated("tiling", (r"\b128 block writes against 16\b",), (r"writes? of \$?O",))),
+    "4.5": ("Why cap $B_r$ at $d$? Without the cap the score tile $S_{ij}$ would be $B_c "
+            "\\times B_c$, about $(M/4d)^2$ elements. With $B_r \\le d$ it has at most "
+            "$d \\cdot M/4d = M/4$ elements, the same budget as $K_j$ or $V_j$.",
+            Stated("tiling", (r"\bM\s*/\s*4\b",), (r"cap", r"score tile"))),
+    "6.4": ("flash-attn's `window_size=(left, right)` counts keys on each side of the diagonal, "
+            "both bounds inclusive, so a causal window of $W$ tokens including the current one "
+            "is `(W - 1, 0)`",
+            Stated("masking", (r"\(W - 1, 0\)",), (r"window",))),
+    "8.3": ("FlashAttention keeps $l$ and the output's {term}`accumulator` in float32;",
+            STATED["8.3"]),
+    "9.1": ("**Total:** $4N^2 + 4Nd$ elements. Algorithm 0 reads and writes HBM",
+            Stated("io-model", (r"4N\^2 \+ 4Nd",), (r"Algorithm 0", r"HBM"))),
+    "11.3": ("the backward functions return $dK$, $dV$ of $K$'s shape, summed over each group",
+             Stated("beyond", (r"summed over each group",), (r"dK", r"gradient"))),
+}
 
 
 def test_the_lookup_finds_a_printed_number():

@@ -63,6 +63,7 @@ flashlib.book.exercises.feedback        verdict formatting (Feedback, shape and 
 flashlib.book.exercises.refusal         refusal of library calls (forbidding, watching)
 flashlib.book.exercises.memory          the memory probe (measure_peak, the grader's peak too)
 flashlib.book.exercises.grader_adapter  what the grader and the exercises share
+flashlib.book.exercises.variants        per-student variants (parameters drawn from the id)
 flashlib.book.exercises.mistakes.NAME   each chapter's declared mistakes (mutants and hints)
 
 The chapters' checkers, one module per chapter:

@@ -29,6 +29,7 @@ from flashlib.book.exercises import (
     forbidding,
     names,
     shape_problem,
+    variants,
     warned,
 )
 from flashlib.book.exercises.memory import measure_peak
@@ -94,33 +95,58 @@ def _group_sum_reference(x: np.ndarray, h_kv: int, interleaved: bool = False) ->
     return x.reshape(shape).sum(axis=-4 if interleaved else -3)
 
 
+_LAYOUTS = {"tile": "np.tile / torch's k.repeat (query head h used K/V head h % h_kv)",
+            "repeat": "np.repeat / torch's k.repeat_interleave (query head h used K/V head "
+                      "h // g)"}
+#: Exercise 11.3's variants (flashlib.book.exercises.variants): how K was repeated for the
+#: query heads, and the axis of the heads (-3: (..., h, n_k, d); -2: flash-attn's
+#: (..., n_k, h, d)).  Variant 0 (the book's): tiled, heads on axis -3.
+KV_GRAD_VARIANTS = variants.declare(
+    "11.3", [{"layout": layout, "heads_axis": axis}
+             for axis in (-3, -2) for layout in ("tile", "repeat")],
+    lambda p: f"kv_grad(dk_rep, h_kv) for K repeated with {_LAYOUTS[p['layout']]}, the heads "
+              f"on axis {p['heads_axis']}")
+
+
 @checker("gradient of a shared K/V head")
 def check_kv_grad(fb: Feedback, fn: Callable[[np.ndarray, int], np.ndarray]) -> None:
-    """Check ``kv_grad(dk_rep, h_kv)``: the gradient (..., h_q, n_k, d) of K repeated for each
-    query head, as the gradient (..., h_kv, n_k, d) of the shared K (summed over each group)."""
+    """Check ``kv_grad(dk_rep, h_kv)``: the gradient of K repeated for each query head (h_q
+    heads) as the gradient of the shared K (h_kv heads), for the student's variant
+    (:data:`KV_GRAD_VARIANTS`: K repeated by tiling or by repeating each head, the heads on
+    axis -3 or -2; the book's: tiled, axis -3)."""
+    p = variants.variant("11.3")
+    tiled, axis = p["layout"] == "tile", p["heads_axis"]
     rng = np.random.default_rng(0)
     cases = [("8 query heads, 2 K/V heads", (2,), 8, 2), ("multi-query: 6 heads, 1", (), 6, 1),
              ("12 query heads, 3 K/V heads", (1, 2), 12, 3), ("4 and 4: nothing shared", (), 4, 4)]
+
+    def grouped(x: np.ndarray, interleaved: bool) -> np.ndarray:
+        out = _group_sum_reference(np.moveaxis(x, axis, -3), h_kv, interleaved)
+        return np.moveaxis(out, -3, axis)
+
     for name, lead, h_q, h_kv in cases:
         with fb.case(name):
-            x = rng.standard_normal((*lead, h_q, 5, 3))
+            x = np.moveaxis(rng.standard_normal((*lead, h_q, 5, 3)), -3, axis)
             got, _ = call_learner(fn, x.copy(), h_kv)
-            want = _group_sum_reference(x, h_kv)
+            want = grouped(x, tiled)
             problem = shape_problem(got, want.shape)
             g = h_q // h_kv
+            heads = np.moveaxis(x, axis, -3)
             if problem:
-                fb.fail(f"{name}: {problem}")
+                fb.fail(f"{name}: {problem} (the heads are on axis {axis})")
             elif np.allclose(got, want, rtol=1e-12, atol=1e-12):
                 fb.ok(f"{name}: correct")
             elif g > 1 and np.allclose(got, want / g, atol=1e-12):
                 fb.fail(f"{name}: you averaged over the group: each query head adds its own "
                         "contribution to the shared K, so the gradients add up (sum, not mean)")
-            elif 1 < h_kv < h_q and np.allclose(got, _group_sum_reference(x, h_kv, True),
-                                                atol=1e-12):
-                fb.fail(f"{name}: you summed query heads h, h + h_kv, ...; the heads of a group "
-                        "are consecutive: reshape to (..., h_kv, g, n_k, d), then sum axis -3")
-            elif g > 1 and np.allclose(got, np.take(x, np.arange(0, h_q, g), axis=-3),
-                                       atol=1e-12):
+            elif 1 < h_kv < h_q and np.allclose(got, grouped(x, not tiled), atol=1e-12):
+                fb.fail(f"{name}: you summed the wrong heads: K was repeated with "
+                        f"{_LAYOUTS[p['layout']]}, so a group is "
+                        + ("heads h, h + h_kv, h + 2 h_kv, ..." if tiled else
+                           "g consecutive heads"))
+            elif g > 1 and any(np.allclose(got, np.moveaxis(first, -3, axis), atol=1e-12)
+                               for first in (heads[..., :h_kv, :, :],
+                                             heads[..., ::g, :, :])):
                 fb.fail(f"{name}: you kept one query head's gradient per group; add them all")
             else:
                 fb.fail(f"{name}: max |error| = {np.max(np.abs(np.asarray(got) - want)):.2g}")

@@ -16,8 +16,10 @@ and whose calls run there.  The exercises treat such a handle like a function:
   peak memory there (:func:`measuring`) and takes what it reports (:func:`record_peak`).
 
 The rest is re-exported for the grader: the Feedback it reads a verdict from, the exceptions
-it carries across the sandbox's wire, the watcher the sandbox runs a call under, and the plain
-``measure_peak`` it measures a call with there.
+it carries across the sandbox's wire, the watcher the sandbox runs a call under, the plain
+``measure_peak`` it measures a call with there, and the per-student variants
+(flashlib.book.exercises.variants: the judge runs a checker ``as_student(id)``; the student's
+process gets the id in the environment variable ``STUDENT_ENV``).
 """
 
 from __future__ import annotations
@@ -29,11 +31,14 @@ from typing import Any
 
 from flashlib.book.exercises.feedback import NOT_ATTEMPTED, Feedback, LearnerError, NotAttempted
 from flashlib.book.exercises.refusal import forbidden_names, library_call_problem, watching
+from flashlib.book.exercises.variants import ENV as STUDENT_ENV
+from flashlib.book.exercises.variants import as_student
 from flashlib.core.measure import measure_peak
 
 __all__ = ["REMOTE", "is_remote", "learner_side", "measuring", "record_peak", "remote_peak",
            "CHECKER_PACKAGE", "Feedback", "NOT_ATTEMPTED", "LearnerError", "NotAttempted",
-           "forbidden_names", "library_call_problem", "watching", "measure_peak"]
+           "forbidden_names", "library_call_problem", "watching", "measure_peak", "as_student",
+           "STUDENT_ENV"]
 
 #: The package whose modules hold the checkers (the only modules a handle's helper may name).
 CHECKER_PACKAGE = "flashlib.book.exercises"

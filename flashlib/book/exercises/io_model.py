@@ -1,6 +1,7 @@
 """Checkers for the exercises of the HBM IO model chapter (book/io-model.md).
 
-check_standard_count   Algorithm 0's HBM accesses: ``count(N, d)`` or a number for
+check_standard_count   Algorithm 0's HBM accesses for cross-attention:
+                       ``count(N_q, N_k, d, d_v)`` or a number for the student's variant of
                        :data:`STANDARD_PROBLEM`
 check_io_count         ``io_count(N, d, M, order) -> int`` against the counting memory
 check_crossover        the M below which FlashAttention moves more than standard attention:
@@ -18,7 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from flashlib.book.exercises import MERGES, Feedback, LearnerError, call_learner, checker, names
+from flashlib.book.exercises import (
+    MERGES,
+    Feedback,
+    LearnerError,
+    call_learner,
+    checker,
+    names,
+    variants,
+)
 from flashlib.studies.io_model import block_sizes, crossover_M, io_count, traffic
 from flashlib.studies.tiling import count_io
 
@@ -33,8 +42,17 @@ __all__ = [
     "COMBINE_CASES",
 ]
 
-#: The shape of :func:`check_standard_count`'s question when the answer is a number.
-STANDARD_PROBLEM = {"N": 2000, "d": 80}  # no count the page prints
+#: The shape of :func:`check_standard_count`'s question when the answer is a number, variant 0
+#: (the book's): cross-attention, N_q queries over N_k keys, values of width d_v.
+STANDARD_PROBLEM = {"N_q": 2000, "N_k": 1500, "d": 80, "d_v": 48}  # no count the page prints
+#: Exercise 9.1's variants (flashlib.book.exercises.variants): the sizes of the number asked.
+STANDARD_VARIANTS = variants.declare(
+    "9.1", [STANDARD_PROBLEM] + [{"N_q": n_q, "N_k": n_k, "d": d, "d_v": d_v}
+                                 for n_q, n_k in ((1000, 3000), (2500, 700), (1200, 1800),
+                                                  (3000, 2000), (800, 2400))
+                                 for d, d_v in ((64, 32), (96, 64), (128, 80))],
+    lambda p: f"count(N_q, N_k, d, d_v), or its number at N_q = {p['N_q']}, "
+              f"N_k = {p['N_k']}, d = {p['d']}, d_v = {p['d_v']}")
 #: The shape of :func:`check_crossover`'s question.
 CROSSOVER_PROBLEM = {"N": 1024, "d": 96}  # its threshold's block holds no number the page prints
 
@@ -43,52 +61,62 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
 
 
-def _standard_hint(got: float, N: int, d: int) -> str:
+def _standard_hint(got: float, N_q: int, N_k: int, d: int, d_v: int) -> str:
     """One line on what an Algorithm 0 count missed."""
-    n2, nd = N * N, N * d
+    s, qd, kd, kv, ov = N_q * N_k, N_q * d, N_k * d, N_k * d_v, N_q * d_v
+    right = 4 * s + qd + kd + kv + ov
     known = {
-        2 * n2 + 4 * nd: "S and P are each written and then read back: four N^2 transfers "
-                         "(S written, S read, P written, P read), you counted two",
-        3 * n2 + 4 * nd: "one of the four N^2 transfers is missing: S is written and read "
-                         "back, and so is P",
-        n2 + 4 * nd: "three of the four N^2 transfers are missing: S is written and read back, "
-                     "and so is P",
-        4 * nd: "no N^2 term: S and P are N x N matrices that go to HBM and back",
-        4 * n2 + 3 * nd: "an N d term is missing: Q, K and V are read and O is written",
-        4 * n2 + 2 * nd: "two N d terms are missing: Q, K and V are read and O is written",
-        2 * n2 + 3 * nd: "those are the reads only; add the writes (S, P and O)",
-        2 * n2 + nd: "those are the writes only; add the reads (Q, K, S, P and V)",
-        2 * (4 * n2 + 4 * nd): "that is bytes in fp16; count elements",
-        4 * (4 * n2 + 4 * nd): "that is bytes in fp32; count elements",
-        3 * n2 + 3 * nd: "count every line: 1. read Q, K, write S; 2. read S, write P; "
-                         "3. read P, V, write O",
+        2 * s + qd + kd + kv + ov: "S and P are each written and then read back: four "
+                                   "N_q N_k transfers (S written, S read, P written, P read), "
+                                   "you counted two",
+        3 * s + qd + kd + kv + ov: "one of the four N_q N_k transfers is missing: S is "
+                                   "written and read back, and so is P",
+        qd + kd + kv + ov: "no N_q N_k term: S and P are N_q x N_k matrices that go to HBM "
+                           "and back",
+        4 * s + 2 * qd + 2 * kd: "V has d_v columns and so has O, not d: N_k d_v read, "
+                                 "N_q d_v written",
+        4 * s + 2 * kd + 2 * kv: "Q is N_q x d and O is N_q x d_v: they have N_q rows, not N_k",
+        4 * N_q * N_q + 4 * qd: "that is self-attention's 4N^2 + 4Nd with N = N_q: here the "
+                                "keys are N_k and V, O have d_v columns",
+        4 * N_k * N_k + 4 * kd: "that is self-attention's 4N^2 + 4Nd with N = N_k: here the "
+                                "queries are N_q and V, O have d_v columns",
+        2 * s + qd + kd + kv: "those are the reads only; add the writes (S, P and O)",
+        2 * s + ov: "those are the writes only; add the reads (Q, K, S, P and V)",
+        2 * right: "that is bytes in fp16; count elements",
+        4 * right: "that is bytes in fp32; count elements",
     }
-    return known.get(got, "go line by line: 1. read Q, K (2 N d), write S (N^2); 2. read S, "
-                          "write P; 3. read P and V, write O")
+    return known.get(got, "go line by line: 1. read Q (N_q d) and K (N_k d), write S "
+                          "(N_q N_k); 2. read S, write P; 3. read P and V (N_k d_v), write O "
+                          "(N_q d_v)")
 
 
 @checker("Algorithm 0's HBM accesses",
          forbid=names("flashlib.studies.io_model.traffic", "flashlib.studies.io_model.io_count",
                       "flashlib.studies.tiling.count_io"))
 def check_standard_count(fb: Feedback, answer: Any) -> None:
-    """Check Algorithm 0's count of elements read plus written: a function ``count(N, d)``,
-    or a number for :data:`STANDARD_PROBLEM`."""
+    """Check Algorithm 0's count of elements read plus written for cross-attention (N_q
+    queries, N_k keys, head dimension d, values of width d_v): a function
+    ``count(N_q, N_k, d, d_v)``, or a number for the student's variant of
+    :data:`STANDARD_PROBLEM` (:data:`STANDARD_VARIANTS`)."""
     if answer is None:
         fb.fail("not attempted yet: replace None with your count")
         return
-    cases = ([(STANDARD_PROBLEM["N"], STANDARD_PROBLEM["d"])] if not callable(answer) else
-             [(1024, 64), (4096, 128), (100, 7), (1, 1)])
-    for N, d in cases:
-        name = f"N = {N}, d = {d}"
+    p = variants.variant("9.1")
+    mine = (p["N_q"], p["N_k"], p["d"], p["d_v"])
+    cases = ([mine] if not callable(answer) else
+             [mine, (1024, 1024, 64, 64), (4096, 512, 128, 64), (100, 37, 7, 5), (1, 1, 1, 1)])
+    for N_q, N_k, d, d_v in cases:
+        name = f"N_q = {N_q}, N_k = {N_k}, d = {d}, d_v = {d_v}"
         with fb.case(name):
-            got = call_learner(answer, N, d)[0] if callable(answer) else answer
+            got = call_learner(answer, N_q, N_k, d, d_v)[0] if callable(answer) else answer
             if not _is_number(got):
                 raise LearnerError(f"give a number, got {got!r}")
-            want = traffic("standard", N, N, d).total
+            want = traffic("standard", N_q, N_k, d, d_v=d_v).total
             if got == want:
-                fb.ok(f"{name}: {want:,} elements (4 N^2 + 4 N d)")
+                fb.ok(f"{name}: {want:,} elements")
             else:
-                fb.fail(f"{name}: {got:,} is not right: {_standard_hint(got, N, d)}")
+                fb.fail(f"{name}: {got:,} is not right: "
+                        f"{_standard_hint(got, N_q, N_k, d, d_v)}")
                 return
 
 

@@ -33,6 +33,7 @@ from flashlib.book.exercises import (
     checker,
     names,
     shape_problem,
+    variants,
     warned,
 )
 from flashlib.core.masks import (
@@ -373,13 +374,51 @@ def check_guarded_forward(fb: Feedback, fn: Callable[..., Any]) -> None:
 # --- flash-attn's window_size ----------------------------------------------------------------
 
 
+#: Exercise 6.4's variants (flashlib.book.exercises.variants): the window, in words, and the
+#: flash-attn ``(left, right)`` it is, as ``left = a W + b``, ``right = c W + e``.  Variant 0
+#: (the book's) is a centred window of 2W - 1 tokens; 2 is the page's Transformers
+#: ``sliding_window``.
+WINDOW_VARIANTS = variants.declare("6.4", [
+    {"window": "each token sees 2W - 1 tokens centred on itself", "left": (1, -1),
+     "right": (1, -1)},
+    {"window": "each token sees itself, the W tokens before it and the W tokens after it",
+     "left": (1, 0), "right": (1, 0)},
+    {"window": "each token sees W tokens, itself included, and none after it (Transformers' "
+               "sliding_window=W)", "left": (1, -1), "right": (0, 0)},
+    {"window": "each token sees itself and the W tokens before it, none after it",
+     "left": (1, 0), "right": (0, 0)},
+    {"window": "each token sees itself and the W - 1 tokens after it, none before it",
+     "left": (0, 0), "right": (1, -1)},
+    {"window": "each token sees itself and the W tokens after it, none before it",
+     "left": (0, 0), "right": (1, 0)},
+], lambda p: f"window_size_for(W) for the window: {p['window']}")
+
+
+def _side_hint(got: int, want: int, side: str) -> str:
+    where = "before" if side == "left" else "after"
+    if got == -1:
+        return f"{side} = -1 means no bound in flash-attn (an infinite window), not zero keys"
+    if want == 0:
+        return (f"{side} = {got} lets each query see {got} keys {where} it (with "
+                f"causal=False the window alone must hide them): {side} = 0")
+    if got == 0:
+        return f"{side} = 0 hides the keys {where} the current one; this window sees {want}"
+    if abs(got - want) == 1:
+        return (f"{side} = {got} sees {got} keys {where} the current one, not {want}: "
+                "flash-attn's bounds are inclusive and count from the diagonal key")
+    return f"{side} = {got} sees {got} keys {where} the current one, not {want}"
+
+
 @checker("flash-attn window_size",
          forbid=names("flashlib.core.masks.window_from"))
 def check_window_size(fb: Feedback, fn: Callable[[int], Any]) -> None:
-    """Check ``window_size_for(W) -> (left, right)``: flash-attn's ``window_size`` for causal
-    attention over "W tokens including the current one" (Transformers' ``sliding_window=W``)."""
+    """Check ``window_size_for(W) -> (left, right)``: flash-attn's ``window_size``, with
+    causal=False, for the student's variant of the window (:data:`WINDOW_VARIANTS`; the
+    book's: each token sees 2W - 1 tokens centred on itself)."""
+    p = variants.variant("6.4")
     for W in (1, 4, 16, 4096):
         label = f"W = {W}"
+        want = (p["left"][0] * W + p["left"][1], p["right"][0] * W + p["right"][1])
         with fb.case(label):
             got, _ = call_learner(fn, W)
             try:
@@ -387,24 +426,16 @@ def check_window_size(fb: Feedback, fn: Callable[[int], Any]) -> None:
             except (TypeError, ValueError):
                 fb.fail(f"{label}: return a pair (left, right) of integers, got {got!r}")
                 continue
-            if (left, right) == (W - 1, 0):
-                fb.ok(f"{label}: window_size = ({W - 1}, 0), {W} keys per row")
+            if (left, right) == want:
+                fb.ok(f"{label}: window_size = {want}, {sum(want) + 1} keys per row")
                 continue
-            if right != 0:
-                hint = (f"right = {right} lets each query see {right} future keys (with "
-                        "causal=False, which the window alone must make causal): right = 0")
-                if left == W:
-                    hint += (f", and left = {W} gives {W + 1} past and current keys: both bounds "
-                             "are inclusive")
-            elif left == W:
-                hint = (f"that is {W + 1} keys per row: flash-attn's bounds are inclusive, so "
-                        f"left = {W} counts the current key and {W} before it")
-            elif left == -1:
-                hint = "-1 means no bound in flash-attn (an infinite window), not zero keys"
+            if (right, left) == want:
+                hint = ("left counts the keys before the current one and right those after "
+                        "it: you swapped them")
             else:
-                n = 20 if W < 20 else W + 4
-                keys = dense_mask(sliding_window(left, 0), n, n).sum(axis=1) if left >= 0 else [0]
-                hint = f"each row then sees {int(keys[-1])} keys, not {W}"
+                hint = "; ".join(_side_hint(g, w, side) for g, w, side in
+                                 ((left, want[0], "left"), (right, want[1], "right"))
+                                 if g != w)
             fb.fail(f"{label}: window_size = ({left}, {right}): {hint}")
 
 

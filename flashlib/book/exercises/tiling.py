@@ -8,7 +8,8 @@ check_tile_schedule    ``tile_schedule(n_q, n_k, B_r, B_c, order) -> [(i, j), ..
 check_o_writes         ``o_writes(N, B_r, B_c, order)``: the block writes of O each order makes
 check_square_block     ``square_block(M, d) -> B``: the largest square block whose step of
                        FlashAttention-2 fits in an SRAM of M elements
-check_cap_reason       why B_r is capped by d (a letter of :data:`CAP_CHOICES`, or a function
+check_cap_reason       the score tile with B_r capped at another multiple of d (a letter of
+                       the variant's choices, :data:`CAP_CHOICES` in the book, or a function
                        returning it)
 
 Over 500 lines (about 510): one checker per exercise, whose cases and diagnoses are code;
@@ -32,6 +33,7 @@ from flashlib.book.exercises import (
     checker,
     names,
     shape_problem,
+    variants,
     warned,
 )
 from flashlib.book.exercises.memory import measure_peak
@@ -324,10 +326,19 @@ def check_tile_schedule(fb: Feedback, fn: Callable[[int, int, int, int, str], An
 
 # --- predicting the writes of O -------------------------------------------------------------
 
-#: The sizes of the question :func:`check_o_writes` asks first (then a few more, so that the
-#: formula is checked, not one number).
-O_WRITES_PROBLEM = {"N": 1000, "B_r": 64, "B_c": 128}
+#: The sizes of the question :func:`check_o_writes` asks first, variant 0 (the book's; the
+#: page's deep dive counted N = 1000, whose counts the page prints); a student's variant has
+#: other sizes (:data:`O_WRITES_VARIANTS`).  Then a few more, so that the formula is checked,
+#: not one number.
+O_WRITES_PROBLEM = {"N": 1500, "B_r": 64, "B_c": 128}
 O_WRITES_CASES = [(1000, 64, 128), (1024, 128, 64), (100, 32, 16), (7, 64, 128)]
+#: Exercise 4.3's variants (flashlib.book.exercises.variants): the sizes asked first.
+O_WRITES_VARIANTS = variants.declare(
+    "4.3", [O_WRITES_PROBLEM] + [{"N": N, "B_r": r, "B_c": c}
+                                 for N in (600, 900, 1200, 1800, 2200, 2600, 3000)
+                                 for r, c in ((32, 64), (64, 128), (64, 256), (128, 64))],
+    lambda p: f"o_writes(N, B_r, B_c, order) first at N = {p['N']}, B_r = {p['B_r']}, "
+              f"B_c = {p['B_c']}")
 
 
 def _o_writes_hint(got: float, N: int, B_r: int, B_c: int, order: str) -> str:
@@ -361,8 +372,10 @@ def _o_writes_hint(got: float, N: int, B_r: int, B_c: int, order: str) -> str:
 def check_o_writes(fb: Feedback, fn: Callable[[int, int, int, str], Any]) -> None:
     """Check ``o_writes(N, B_r, B_c, order)``: the block writes of O (``O[i : i + B_r] =
     ...``; not the initialisation) of Algorithm 1 ("v1") and FlashAttention-2 ("v2") for
-    self-attention over N rows, first at :data:`O_WRITES_PROBLEM`."""
-    for N, B_r, B_c in O_WRITES_CASES:
+    self-attention over N rows, first at the student's variant of :data:`O_WRITES_PROBLEM`
+    (:data:`O_WRITES_VARIANTS`)."""
+    p = variants.variant("4.3")
+    for N, B_r, B_c in [(p["N"], p["B_r"], p["B_c"]), *O_WRITES_CASES]:
         for order in ("v1", "v2"):
             name = f"{order}, N = {N}, B_r = {B_r}, B_c = {B_c}"
             with fb.case(name):
@@ -483,39 +496,55 @@ def check_square_block(fb: Feedback, fn: Callable[[int, int], Any]) -> None:
     fb.fail(f"{name}: got {got!r}: {_square_hint(got, M, d, want)}")
 
 
-#: The answers offered for "why is B_r capped by d?" (:func:`check_cap_reason`).
-CAP_CHOICES = {
-    "a": "it keeps the score tile S_ij (B_r x B_c) within about M / 4, the size of each of "
-         "K_j and V_j",
-    "b": "it reduces Algorithm 1's HBM traffic",
-    "c": "the hardware needs B_r to divide d",
-    "d": "it keeps O_i smaller than K_j",
-}
-
-_CAP_FEEDBACK = {
-    "a": "right: B_c = M / 4d rows make K_j and V_j about M / 4 each, and Q_i, O_i at most "
-         "that (exactly when B_r = B_c); with B_r <= d the tile S_ij has at most "
-         "d x M / 4d = M / 4 entries, so a step holds about 5M / 4: a constant times M",
-    "b": "Algorithm 1's traffic does not depend on B_r: Q, O, l, m are each read T_c times "
-         "whatever B_r is; that is why capping B_r costs nothing",
-    "c": "nothing requires B_r to divide d (the book's tests use B_r = 7 with d = 4); the cap "
-         "bounds the B_r x B_c tile",
-    "d": "O_i is B_r x d and K_j is B_c x d, but the cap is about the B_r x B_c score tile",
-}
+#: The sizes offered for "at most how many entries has the score tile, with B_r capped at
+#: cap x d?" (:func:`check_cap_reason`), as fractions of M, and how each is written.
+_CAP_SIZES = ((0.125, "M / 8"), (0.25, "M / 4"), (0.5, "M / 2"), (1.0, "M"), (2.0, "2M"))
+_LETTERS = "abcde"
 
 
-@checker("why B_r is capped by d")
+def _cap_choices(cap: float, shift: int) -> dict[str, str]:
+    return {_LETTERS[i]: _CAP_SIZES[(i + shift) % len(_CAP_SIZES)][1]
+            for i in range(len(_CAP_SIZES))}
+
+
+def _cap_text(cap: float) -> str:
+    return "d / 2" if cap == 0.5 else f"{cap:g}d"
+
+
+#: Exercise 4.5's variants: the cap (B_r <= cap x d) and the order of the letters.  Variant 0
+#: (the book's) caps B_r at 2d, its letters in :data:`CAP_CHOICES`'s order.
+CAP_VARIANTS = variants.declare(
+    "4.5", [{"cap": cap, "choices": _cap_choices(cap, shift)}
+            for cap in (2, 4, 0.5, 8) for shift in range(len(_CAP_SIZES))],
+    lambda p: f"B_r capped at {_cap_text(p['cap'])}; the letters: " + ", ".join(
+        f"({k}) {v}" for k, v in p["choices"].items()))
+#: The answers offered in the book's variant (variant 0) of Exercise 4.5.
+CAP_CHOICES = dict(CAP_VARIANTS.choices[0]["choices"])
+
+
+@checker("the score tile under another cap")
 def check_cap_reason(fb: Feedback, answer: Any) -> None:
-    """Check the choice among :data:`CAP_CHOICES`: a letter, or a function returning one."""
+    """Check the letter for "with B_c = ceil(M / 4d) and B_r capped at cap x d, at most how
+    many entries has S_ij?" (cap and letters: the student's variant, :data:`CAP_VARIANTS`;
+    the book's: :data:`CAP_CHOICES`, cap 2): a letter, or a function returning one."""
+    p = variants.variant("4.5")
+    cap, choices = p["cap"], p["choices"]
     if callable(answer):
         answer = call_learner(answer)[0]
     if answer is None:
-        fb.fail("not attempted yet: answer with one of the letters " + ", ".join(CAP_CHOICES))
+        fb.fail("not attempted yet: answer with one of the letters " + ", ".join(choices))
         return
     key = str(answer).strip().lower().strip("()")
-    if key not in CAP_CHOICES:
-        fb.fail(f"answer with one of the letters {', '.join(CAP_CHOICES)}, got {answer!r}")
-    elif key == "a":
-        fb.ok(_CAP_FEEDBACK["a"])
+    if key not in choices:
+        fb.fail(f"answer with one of the letters {', '.join(choices)}, got {answer!r}")
+        return
+    got = dict((text, size) for size, text in _CAP_SIZES)[choices[key]]
+    right = f"S_ij is B_r x B_c <= {_cap_text(cap)} x M / 4d = {cap / 4:g} M entries"
+    if got == cap / 4:
+        fb.ok(f"right: {right}; the step then holds about {1 + cap / 4:g} M, still a "
+              "constant times M")
+    elif got == 0.25:
+        fb.fail(f"({key}) {choices[key]} is the tile with B_r capped at d, the page's case: "
+                f"here B_r goes up to {_cap_text(cap)}, so {right}")
     else:
-        fb.fail(f"({key}) {_CAP_FEEDBACK[key]}")
+        fb.fail(f"({key}) {choices[key]}: multiply the two bounds: {right}")

@@ -26,7 +26,7 @@ CHAPTER_MODULES = [importlib.import_module(f"flashlib.book.exercises.{name}")
                    for name in CHAPTERS]
 #: The framework's modules, one concern each (flashlib.book.exercises' docstring).
 FRAMEWORK = ["feedback", "grader_adapter", "learner", "memory", "mistakes", "refusal",
-             "registry"]
+             "registry", "variants"]
 
 
 def all_checkers():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from flashlib.algorithms import masked_flash_forward
-from flashlib.book.exercises import NOT_ATTEMPTED
+from flashlib.book.exercises import NOT_ATTEMPTED, variants
 from flashlib.book.exercises import masking as mx
 from flashlib.core.masks import band_tile_class
 from flashlib.studies.masking import blind_row_problem, stored_guard_forward
@@ -122,7 +122,9 @@ def test_guarded_solution_on_rows_blind_in_one_tile(score, dtype):
 # ---- window_size ----------------------------------------------------------------------------
 
 def test_window_size():
-    assert mx.check_window_size(lambda W: (W - 1, 0)).passed
+    assert mx.check_window_size(lambda W: (W - 1, W - 1)).passed  # the book's variant
+    with variants.as_student("s1"):  # another variant: the book's answer fails
+        assert not mx.check_window_size(lambda W: (W - 1, W - 1)).passed
 
 
 def test_library_functions_are_refused():

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flashlib.algorithms import safe_softmax
+from flashlib.algorithms import merge_states, safe_softmax
 from flashlib.book.exercises import online_softmax as ol
 from flashlib.book.exercises import overflow as ov
 from flashlib.fast.online import PartialAttention, merge_partials, partial_attention
@@ -134,11 +134,13 @@ def test_row_stats_is_not_answered_by_what_the_chapter_shows():
 
 # ---- online update --------------------------------------------------------------------------
 
-def good_update(m, l, x):  # noqa: E741
-    m_new = max(m, x)
+def good_update(m, l, xs):  # noqa: E741
+    if len(xs) == 0:
+        return m, l
+    m_new = max(m, np.max(xs))
     if m_new == -np.inf:
         return m_new, 0.0
-    return m_new, l * np.exp(m - m_new) + np.exp(x - m_new)
+    return m_new, l * np.exp2(m - m_new) + np.sum(np.exp2(xs - m_new))
 
 
 def test_online_update_accepts_correct():
@@ -148,9 +150,9 @@ def test_online_update_accepts_correct():
 
 
 def update_failing_on_stream(kind):
-    """An update right on the five small cases (whose m is at most 2 or at least 1000) that
+    """An update right on the small cases (whose m is at most 2 or at least 1000) that
     misbehaves on the stream of STREAM_LENGTH values around 500."""
-    def update(m, l, x):  # noqa: E741
+    def update(m, l, xs):  # noqa: E741
         if 100 < m < 900:
             if kind == "raise":
                 raise ZeroDivisionError("boom on the stream")
@@ -158,7 +160,7 @@ def update_failing_on_stream(kind):
                 return None
             if kind == "warn":
                 np.float64(1e308) * np.float64(10.0)  # RuntimeWarning: overflow
-        return good_update(m, l, x)
+        return good_update(m, l, xs)
     return update
 
 
@@ -170,15 +172,33 @@ def update_failing_on_stream(kind):
 def test_online_update_reports_errors_on_the_stream(kind, phrase):
     fb = ol.check_online_update(update_failing_on_stream(kind))
     assert_fails_with(fb, f"a stream of {ol.STREAM_LENGTH} values around 500", phrase)
-    assert "first value" in text(fb)  # the small cases passed; only the stream failed
+    assert "first block" in text(fb)  # the small cases passed; only the stream failed
     assert len(fb.problems) == 1  # stops at the first bad step
 
 
 # ---- merge ----------------------------------------------------------------------------------
 
-def test_merge_accepts_a_copy_of_flashlib_merge():
-    fb = ol.check_merge(merge_partials)
+def merge_shares(a, b):
+    """A right merge of states handed over normalised, (m, l, o = acc / l)."""
+    m = np.maximum(a[0], b[0])
+    safe = np.where(np.isneginf(m), 0.0, m)
+    wa, wb = a[1] * np.exp(a[0] - safe), b[1] * np.exp(b[0] - safe)
+    l = wa + wb  # noqa: E741
+    o = wa[:, None] * a[2] + wb[:, None] * b[2]
+    return m, l, np.where((l > 0)[:, None], o / np.where(l > 0, l, 1.0)[:, None], 0.0)
+
+
+def test_merge_accepts_a_right_merge_of_normalised_states():
+    fb = ol.check_merge(merge_shares)
     assert fb.passed, text(fb)
+
+
+def test_a_copy_of_the_chapters_merge_states_fails():
+    """Issue 35: the merge_states the chapter shows merges (m, l, acc); the exercise's states
+    carry o = acc / l, which it merges as if it were acc."""
+    from flashlib.book.exercises.registry import learner_copy
+
+    assert_fails_with(ol.check_merge(learner_copy(merge_states)), "as if it were acc")
 
 
 # ---- empty state ----------------------------------------------------------------------------

@@ -105,20 +105,20 @@ declare_mistakes(
 )
 
 
-# ---- 11.3 the gradient of shared K and V -----------------------------------------------------
+# ---- 11.3 the gradient of shared K and V (the book's variant: K tiled, heads on axis -3) ----
 
 def mean(x, h_kv):
     *lead, h_q, n, c = x.shape
-    return x.reshape(*lead, h_kv, h_q // h_kv, n, c).mean(axis=-3)
+    return x.reshape(*lead, h_q // h_kv, h_kv, n, c).mean(axis=-4)
 
 
-def interleaved(x, h_kv):
+def consecutive(x, h_kv):
     *lead, h_q, n, c = x.shape
-    return x.reshape(*lead, h_q // h_kv, h_kv, n, c).sum(axis=-4)
+    return x.reshape(*lead, h_kv, h_q // h_kv, n, c).sum(axis=-3)
 
 
 def first(x, h_kv):
-    return x[..., :: x.shape[-3] // h_kv, :, :]
+    return x[..., :h_kv, :, :]
 
 
 def unchanged(x, h_kv):
@@ -128,7 +128,7 @@ def unchanged(x, h_kv):
 declare_mistakes(
     check_kv_grad,
     Mistake("the mean", (mean,), ("sum, not mean",)),
-    Mistake("interleaved heads", (interleaved,), ("consecutive",)),
+    Mistake("the page's consecutive groups", (consecutive,), ("h + h_kv",)),
     Mistake("the first head of each group", (first,), ("add them all",)),
     Mistake("not reduced", (unchanged,), ("has shape",)),
 )

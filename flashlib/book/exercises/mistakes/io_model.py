@@ -19,20 +19,31 @@ from flashlib.studies import io_model
 
 # ---- 9.1 Algorithm 0's count -----------------------------------------------------------------
 
-_N, _d = STANDARD_PROBLEM["N"], STANDARD_PROBLEM["d"]
+_Nq, _Nk, _d, _dv = (STANDARD_PROBLEM[k] for k in ("N_q", "N_k", "d", "d_v"))
+_S, _QKVO = _Nq * _Nk, _Nq * _d + _Nk * _d + _Nk * _dv + _Nq * _dv
 
 
-def no_n2_term(N, d):
-    return 4 * N * d
+def no_s_term(N_q, N_k, d, d_v):
+    return N_q * d + N_k * d + N_k * d_v + N_q * d_v
+
+
+def self_attention(N_q, N_k, d, d_v):
+    return 4 * N_q * N_q + 4 * N_q * d
+
+
+def d_for_d_v(N_q, N_k, d, d_v):
+    return 4 * N_q * N_k + 2 * N_q * d + 2 * N_k * d
 
 
 declare_mistakes(
     check_standard_count,
-    Mistake("two N^2 transfers", (2 * _N * _N + 4 * _N * _d,), ("four N^2 transfers",)),
-    Mistake("no N^2 term", (no_n2_term,), ("no N^2 term",)),
-    Mistake("three N^2 transfers", (3 * _N * _N + 4 * _N * _d,), ("one of the four N^2",)),
-    Mistake("the reads only", (2 * _N * _N + 3 * _N * _d,), ("the reads only",)),
-    Mistake("bytes in fp16", (2 * (4 * _N * _N + 4 * _N * _d),), ("bytes in fp16",)),
+    Mistake("two N_q N_k transfers", (2 * _S + _QKVO,), ("four N_q N_k transfers",)),
+    Mistake("no N_q N_k term", (no_s_term,), ("no N_q N_k term",)),
+    Mistake("three N_q N_k transfers", (3 * _S + _QKVO,), ("one of the four N_q N_k",)),
+    Mistake("the page's 4N^2 + 4Nd", (self_attention,), ("self-attention's 4N^2 + 4Nd",)),
+    Mistake("d for d_v", (d_for_d_v,), ("V has d_v columns",)),
+    Mistake("the reads only", (2 * _S + _QKVO - _Nq * _dv,), ("the reads only",)),
+    Mistake("bytes in fp16", (2 * (4 * _S + _QKVO),), ("bytes in fp16",)),
     Mistake("a guess", (12345,), ("go line by line",)),
     Mistake("words", ("lots",), ("give a number",)),
     Mistake("None", (None,), ("not attempted yet",)),

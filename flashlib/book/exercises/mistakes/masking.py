@@ -169,22 +169,22 @@ declare_mistakes(
 )
 
 
-# ---- 6.4 window_size -------------------------------------------------------------------------
+# ---- 6.4 window_size (the book's variant: 2W - 1 tokens centred on the current one) -------
 
-def w_keys(W):
-    return W, 0
-
-
-def both_sides(W):
-    return W - 1, W - 1
-
-
-def both_sides_w(W):
+def w_each_side(W):
     return W, W
 
 
-def one_short(W):
-    return W - 2, 0
+def transformers(W):
+    return W - 1, 0
+
+
+def w_keys_back(W):
+    return W, 0
+
+
+def two_short(W):
+    return W - 3, W - 1
 
 
 def one_number(W):
@@ -193,10 +193,10 @@ def one_number(W):
 
 declare_mistakes(
     check_window_size,
-    Mistake("W keys back", (w_keys,), ("inclusive",)),
-    Mistake("future keys too", (both_sides,), ("future keys",)),
-    Mistake("W both sides", (both_sides_w,), ("future keys", "inclusive")),
-    Mistake("one key short", (one_short,), ("keys, not",)),
+    Mistake("W keys each side", (w_each_side,), ("inclusive",)),
+    Mistake("the page's Transformers window", (transformers,), ("hides the keys after",)),
+    Mistake("W keys back only", (w_keys_back,), ("inclusive", "hides the keys after")),
+    Mistake("two keys short", (two_short,), ("keys before the current one, not",)),
     Mistake("one number", (one_number,), ("pair",)),
 )
 

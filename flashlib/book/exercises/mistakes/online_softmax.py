@@ -9,36 +9,53 @@ from flashlib.book.exercises.online_softmax import (
     check_merge,
     check_merge_counterexample,
     check_online_update,
-    merge_forgetting_acc_rescale,
 )
 from flashlib.book.exercises.registry import Mistake, declare_mistakes
-from flashlib.fast.online import PartialAttention, partial_attention
+from flashlib.fast.online import partial_attention
 
-# ---- 3.1 online update -----------------------------------------------------------------------
-
-
-def no_rescale(m, l, x):
-    m_new = max(m, x)
-    return m_new, (l + np.exp(x - m_new)) if m_new > -np.inf else 0.0
+# ---- 3.1 online update (a block of values at once, base 2) --------------------------------
 
 
-def upside_down(m, l, x):
-    m_new = max(m, x)
+def _top(m, xs):
+    return max(m, float(np.max(xs))) if len(xs) else m
+
+
+def no_rescale(m, l, xs):
+    m_new = _top(m, xs)
+    return m_new, (l + np.sum(np.exp2(xs - m_new))) if m_new > -np.inf else 0.0
+
+
+def upside_down(m, l, xs):
+    m_new = _top(m, xs)
     if m_new == -np.inf:
         return m_new, 0.0
-    return m_new, l * np.exp(m_new - m) + np.exp(x - m_new)
+    return m_new, l * np.exp2(m_new - m) + np.sum(np.exp2(xs - m_new))
 
 
-def unguarded(m, l, x):
-    m_new = max(m, x)
-    return m_new, l * np.exp(m - m_new) + np.exp(x - m_new)
+def unguarded(m, l, xs):
+    m_new = _top(m, xs)
+    return m_new, l * np.exp2(m - m_new) + np.sum(np.exp2(xs - m_new))
 
 
-def unchanged(m, l, x):
+def max_only(m, l, xs):
+    m_new = _top(m, xs)
+    if m_new == -np.inf:
+        return m_new, 0.0
+    return m_new, l * np.exp2(m - m_new) + np.exp2(np.max(xs) - m_new)
+
+
+def base_e(m, l, xs):  # the chapter's exp, not exp2
+    m_new = _top(m, xs)
+    if m_new == -np.inf:
+        return m_new, 0.0
+    return m_new, l * np.exp(m - m_new) + np.sum(np.exp(xs - m_new))
+
+
+def unchanged(m, l, xs):
     return m, l
 
 
-def m_only(m, l, x):
+def m_only(m, l, xs):
     return m
 
 
@@ -47,7 +64,9 @@ declare_mistakes(
     Mistake("the old sum not rescaled", (no_rescale,), ("forgot to rescale the old sum",)),
     Mistake("the factor upside down", (upside_down,), ("upside down",)),
     Mistake("no guard for -inf", (unguarded,), ("got NaN", "keep l = 0")),
-    Mistake("nothing updated", (unchanged,), ("m_new = max(m, x)",)),
+    Mistake("the block's maximum only", (max_only,), ("add every value of the block",)),
+    Mistake("base e", (base_e,), ("the sum in base e",)),
+    Mistake("nothing updated", (unchanged,), ("m_new = max(m, max(xs))",)),
     Mistake("m only", (m_only,), ("return a pair",)),
 )
 
@@ -55,53 +74,64 @@ declare_mistakes(
 # ---- 3.2 merge -------------------------------------------------------------------------------
 
 def _merge(a, b):
-    """A right merge (what each mistake below changes one thing of)."""
-    m = np.maximum(a.m, b.m)
+    """A right merge of ``(m, l, o)`` states (what each mistake below changes one thing of)."""
+    (m_a, l_a, o_a), (m_b, l_b, o_b) = a, b
+    m = np.maximum(m_a, m_b)
     safe = np.where(np.isneginf(m), 0.0, m)
-    x, y = np.exp(a.m - safe), np.exp(b.m - safe)
-    return PartialAttention(m, a.l * x + b.l * y, a.acc * x[:, None] + b.acc * y[:, None])
+    x, y = np.exp(m_a - safe), np.exp(m_b - safe)
+    l = l_a * x + l_b * y  # noqa: E741
+    acc = (l_a * x)[:, None] * o_a + (l_b * y)[:, None] * o_b
+    return m, l, np.where((l > 0)[:, None], acc / np.where(l > 0, l, 1.0)[:, None], 0.0)
+
+
+def merged_as_acc(a, b):  # the chapter's merge_states, on normalised states
+    m = np.maximum(a[0], b[0])
+    safe = np.where(np.isneginf(m), 0.0, m)
+    x, y = np.exp(a[0] - safe), np.exp(b[0] - safe)
+    return m, a[1] * x + b[1] * y, a[2] * x[:, None] + b[2] * y[:, None]
 
 
 def no_l_rescale(a, b):
-    p = _merge(a, b)
-    return p.m, a.l + b.l, p.acc
+    m, l, o = _merge(a, b)
+    return m, a[1] + b[1], o
 
 
-def half_rescaled(a, b):
-    p = _merge(a, b)
-    return p.m, p.l, a.acc * np.exp(a.m - p.m)[:, None] + b.acc
+def not_divided(a, b):
+    m, l, o = _merge(a, b)
+    return m, l, o * l[:, None]
 
 
-def normalised(a, b):
-    p = _merge(a, b)
-    return p.m, p.l, p.acc / p.l[:, None]
+def plain_average(a, b):
+    m, l, o = _merge(a, b)
+    return m, l, (a[2] + b[2]) / 2
 
 
 def min_max(a, b):
-    p = _merge(a, b)
-    return np.minimum(a.m, b.m), p.l, p.acc
+    m, l, o = _merge(a, b)
+    return np.minimum(a[0], b[0]), l, o
 
 
 def unguarded_merge(a, b):
-    m = np.maximum(a.m, b.m)
-    x, y = np.exp(a.m - m), np.exp(b.m - m)
-    return m, a.l * x + b.l * y, a.acc * x[:, None] + b.acc * y[:, None]
+    m = np.maximum(a[0], b[0])
+    x, y = np.exp(a[0] - m), np.exp(b[0] - m)
+    l = a[1] * x + b[1] * y  # noqa: E741
+    return m, l, ((a[1] * x)[:, None] * a[2] + (b[1] * y)[:, None] * b[2]) / l[:, None]
 
 
 def lopsided(a, b):
-    return _merge(a, b) if a.m[0] >= b.m[0] else _merge(a, a)
+    return _merge(a, b) if a[0][0] >= b[0][0] else _merge(a, a)
 
 
 def asymmetric(a, b):  # right for merge(a, b), wrong for merge(b, a)
-    return _merge(a, b) if a.m[0] <= b.m[0] else _merge(a, a)
+    return _merge(a, b) if a[0][0] <= b[0][0] else _merge(a, a)
 
 
 declare_mistakes(
     check_merge,
-    Mistake("acc not rescaled", (merge_forgetting_acc_rescale,), ("forgot to rescale acc",)),
+    Mistake("o merged as acc", (merged_as_acc,), ("as if it were acc",)),
     Mistake("l not rescaled", (no_l_rescale,), ("added l_a + l_b without rescaling",)),
-    Mistake("acc_b not rescaled", (half_rescaled,), ("acc_b is not rescaled",)),
-    Mistake("acc normalised", (normalised,), ("keep acc unnormalised",)),
+    Mistake("not divided by l", (not_divided,), ("divide by the merged l",)),
+    Mistake("a plain average", (plain_average,), ("weight o_a and o_b",)),
     Mistake("the smaller maximum", (min_max,), ("expected max(m_a, m_b)",)),
     Mistake("no guard for two empty states", (unguarded_merge,),
             ("merge(empty, empty) gives NaN",)),

@@ -208,7 +208,7 @@ def words(*args):
 declare_mistakes(
     check_o_writes,
     Mistake("FlashAttention-2's count", (always_v2,), ("FlashAttention-2's count",)),
-    Mistake("Algorithm 1's count", (always_v1,), ("v2, N = 1000", "that is Algorithm 1's count")),
+    Mistake("Algorithm 1's count", (always_v1,), ("v2, N = 1500", "that is Algorithm 1's count")),
     Mistake("key blocks", (key_blocks,), ("inside the loop over j",)),
     Mistake("the initialisation counted", (with_the_initialisation,),
             ("initialisation writes O whole",)),
@@ -285,7 +285,7 @@ declare_mistakes(
 )
 
 
-# ---- 4.5 why the cap -------------------------------------------------------------------------
+# ---- 4.5 the score tile under another cap (the book's variant: B_r <= 2d) ------------------
 
 def b():
     return "b"
@@ -293,10 +293,10 @@ def b():
 
 declare_mistakes(
     check_cap_reason,
-    Mistake("b", ("b",), ("does not depend on B_r",)),
-    Mistake("c", ("c",), ("nothing requires B_r to divide d",)),
-    Mistake("d", ("d",), ("B_r x B_c score tile",)),
+    Mistake("the page's cap, d", ("b",), ("the tile with B_r capped at d", "= 0.5 M")),
+    Mistake("M", ("d",), ("multiply the two bounds", "= 0.5 M")),
+    Mistake("M / 8", ("a",), ("multiply the two bounds",)),
     Mistake("not a letter", ("z",), ("one of the letters",)),
     Mistake("None", (None,), ("not attempted yet",)),
-    Mistake("b from a function", (b,), ("does not depend on B_r",)),
+    Mistake("b from a function", (b,), ("the tile with B_r capped at d",)),
 )
