@@ -250,6 +250,10 @@ def seal() -> dict[str, tuple[Any, dict[str, Any]]]:
 
 def restore(sealed: dict[str, tuple[Any, dict[str, Any]]]) -> None:
     """Put the sealed modules back in ``sys.modules``, with their namespaces as sealed."""
+    # Triton's interpreter adds its own globals (interpreter_semantic, ...) to a kernel's
+    # module when it first rewrites the kernel, and keeps the rewritten kernel: they stay
+    interpreter = sys.modules.get("triton.runtime.interpreter")
+    triton_globals = vars(interpreter) if interpreter is not None else {}
     for name, (module, namespace) in sealed.items():
         sys.modules[name] = module
         current = vars(module)
@@ -257,6 +261,8 @@ def restore(sealed: dict[str, tuple[Any, dict[str, Any]]]) -> None:
             value = current[key]
             if key == "__flashlib_watch__" or (isinstance(value, type(sys)) and getattr(
                     value, "__name__", "") == f"{name}.{key}"):  # the watcher, a submodule
+                continue
+            if key in triton_globals and triton_globals[key] is value:
                 continue
             del current[key]
         for key, value in namespace.items():
