@@ -29,7 +29,7 @@ SYMBOLS = {"B_c", "B_r", "D", "L", "l", "m"}
 ORDINARY = {"program", "tile", "FLOP", "bfloat16", "accumulator"}
 #: What a term's text is never part of: code, outputs, formulas, figures, headings, links to
 #: other pages (a chapter's title), the bibliography, the page's own navigation.
-SKIPPED = {"pre", "script", "style", "svg", "img", "figure", "h1", "h2", "h3", "h4", "h5",
+SKIPPED = {"pre", "code", "script", "style", "svg", "img", "figure", "h1", "h2", "h3", "h4", "h5",
            "h6", "nav", "button", "summary", "mjx-container"}
 SKIPPED_CLASSES = {"math", "cell_output", "headerlink", "colab-link", "toctree-wrapper",
                    "prev-next-area", "citation"}

@@ -331,11 +331,13 @@ def _paged_mistake(got: np.ndarray, q: np.ndarray, K_cache: np.ndarray, V_cache:
 
 
 @checker("paged split-KV decoding")
-def check_paged_decode(fb: Feedback, fn: Callable[..., np.ndarray]) -> None:
-    """Check ``paged_decode(q, K_cache, V_cache, table, N, n_splits)``: q (n_q, d) over the N
-    keys of one sequence, key j in row j % P of page table[j // P] of K_cache (n_pages, P, d)
-    and V_cache (n_pages, P, d_v), the T = ceil(N / P) table entries cut into runs of
-    ceil(T / n_splits) pages, each attended on its own and merged with the logsumexps."""
+def check_paged_decode(fb: Feedback, fn: Callable[..., tuple[np.ndarray, np.ndarray]]) -> None:
+    """Check ``paged_decode(q, K_cache, V_cache, table, N, n_splits) -> (O, L)``: q (n_q, d)
+    over the N keys of one sequence, key j in row j % P of page table[j // P] of K_cache
+    (n_pages, P, d) and V_cache (n_pages, P, d_v), the T = ceil(N / P) table entries cut into
+    runs of ceil(T / n_splits) pages, each attended on its own and merged with the
+    logsumexps; L (n_q,) the logsumexp of each query's N scaled scores (what a further merge
+    needs: another cache's result, a shared prefix)."""
     cases = [
         ("N = 37 keys in pages of 8 (the last holds 5), 2 splits", 2, (0, 3, 37, 8, 16, 8, 2)),
         ("N = 64 in 8 full pages of 8, 3 splits", 3, (1, 1, 64, 8, 16, 8, 1)),
@@ -356,7 +358,16 @@ def check_paged_decode(fb: Feedback, fn: Callable[..., np.ndarray]) -> None:
                 got, warns = call_learner(fn, q.copy(), K_cache.copy(), V_cache.copy(),
                                           table.copy(), N, splits)
             pages = table[:T]
-            want = naive_attention(q, _keys(K_cache, pages, N), _keys(V_cache, pages, N))
+            K_seq = _keys(K_cache, pages, N)
+            want = naive_attention(q, K_seq, _keys(V_cache, pages, N))
+            if not (isinstance(got, tuple) and len(got) == 2):
+                fb.fail(f"{name}: return the pair (O, L): O (n_q, d_v) and L (n_q,), the "
+                        "logsumexp of each query's N scores (the merge's L), which a "
+                        "further merge needs; got " + type(got).__name__)
+                continue
+            got, got_L = got
+            scores = (np.asarray(q, np.float64) @ K_seq.T) / np.sqrt(q.shape[1])
+            want_L = np.logaddexp.reduce(scores, axis=1)
             problem = shape_problem(got, want.shape)
             if problem:
                 fb.fail(f"{name}: {problem}")
@@ -368,8 +379,17 @@ def check_paged_decode(fb: Feedback, fn: Callable[..., np.ndarray]) -> None:
             elif np.allclose(got, want, rtol=1e-9, atol=1e-12):
                 if warns:
                     fb.fail(f"{name}: right answer, but {warned(warns[0])}")
+                elif problem_L := shape_problem(got_L, want_L.shape):
+                    fb.fail(f"{name}: O is right; L: {problem_L}")
+                elif not np.allclose(np.asarray(got_L, np.float64), want_L, rtol=1e-9,
+                                     atol=1e-9):
+                    fb.fail(f"{name}: O is right, but L is off by up to "
+                            f"{np.max(np.abs(np.asarray(got_L, np.float64) - want_L)):.2g}: "
+                            "L = log sum_s exp(L_s), the logsumexp of the runs' L_s "
+                            "(np.logaddexp.reduce), in natural log")
                 else:
-                    fb.ok(f"{name}: equals attention over the sequence's keys, contiguous")
+                    fb.ok(f"{name}: O equals attention over the sequence's keys, contiguous, "
+                          "and L their logsumexp")
             elif (why := _paged_mistake(got, q, K_cache, V_cache, table, N, per_split)):
                 fb.fail(f"{name}: {why}")
             else:

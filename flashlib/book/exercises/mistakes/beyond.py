@@ -151,13 +151,18 @@ def _paged(q, K_cache, V_cache, table, N, n_splits, pages="table", rows="N", mer
         outs.append(O_s)
         lses.append(L_s)
     O, L = np.stack(outs), np.stack(lses)
-    if merge == "mean":
-        return O.mean(axis=0)
-    if merge == "raw":
-        w = np.exp(L)
-        return (w[..., None] * O).sum(0) / w.sum(0)[:, None]
     L_all = np.logaddexp.reduce(L, axis=0)
-    return (np.exp(L - L_all)[..., None] * O).sum(axis=0)
+    if merge == "mean":
+        return O.mean(axis=0), L_all
+    if merge == "raw":
+        with np.errstate(over="ignore", invalid="ignore"):
+            w = np.exp(L)
+            return (w[..., None] * O).sum(0) / w.sum(0)[:, None], L_all
+    if merge == "O only":
+        return (np.exp(L - L_all)[..., None] * O).sum(axis=0)
+    if merge == "L max":
+        return (np.exp(L - L_all)[..., None] * O).sum(axis=0), L.max(axis=0)
+    return (np.exp(L - L_all)[..., None] * O).sum(axis=0), L_all
 
 
 def logical_blocks(q, K_cache, V_cache, table, N, n_splits):
@@ -180,6 +185,14 @@ def runs_weighted_exp_l(q, K_cache, V_cache, table, N, n_splits):
     return _paged(q, K_cache, V_cache, table, N, n_splits, merge="raw")
 
 
+def o_alone(q, K_cache, V_cache, table, N, n_splits):
+    return _paged(q, K_cache, V_cache, table, N, n_splits, merge="O only")
+
+
+def l_as_the_largest(q, K_cache, V_cache, table, N, n_splits):
+    return _paged(q, K_cache, V_cache, table, N, n_splits, merge="L max")
+
+
 def teaching_function(q, K_cache, V_cache, table, N, n_splits):
     return paged_kv_decode(q, K_cache, V_cache, table, N, n_splits)
 
@@ -200,4 +213,6 @@ declare_mistakes(
     Mistake("weights exp(L_s)", (runs_weighted_exp_l,), ("exp(L_s - L)", "NaN or inf")),
     Mistake("the teaching function", (teaching_function,), ("you called paged_kv_decode",)),
     Mistake("no split", (gathered_at_once,), ("on all 37 keys at once",)),
+    Mistake("O alone (the shown paged_kv_decode)", (o_alone,), ("return the pair (O, L)",)),
+    Mistake("L as the runs' largest L_s", (l_as_the_largest,), ("L is off", "logaddexp")),
 )
