@@ -45,6 +45,8 @@ import types
 from dataclasses import dataclass, field
 from typing import Any
 
+from grading.lint import _dotted  # a.b.c of an attribute chain, as the lint reads it
+
 #: Names (attributes, globals, or string constants, also when folded by the compiler) that
 #: no exercise needs, and why each is refused.
 NAMES = {
@@ -148,16 +150,6 @@ def _parse(source: str) -> ast.Module | None:
             return ast.parse(TransformerManager().transform_cell(text))
         except (SyntaxError, ValueError):
             continue
-    return None
-
-
-def _dotted(node: ast.AST) -> str | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        return ".".join([node.id, *reversed(parts)])
     return None
 
 
