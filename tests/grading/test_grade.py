@@ -12,7 +12,6 @@ from __future__ import annotations
 import ast
 import copy
 import csv
-import dataclasses
 import json
 import re
 
@@ -20,6 +19,7 @@ import nbformat
 import pytest
 
 from grading import chapters, cli, grade, reports, submissions
+from tests.grading.fake import fake_chapter
 from tools import convert, notebooks, toc
 from tools.paths import ROOT
 
@@ -423,17 +423,8 @@ def test_command_line(tmp_path, capsys):
 def test_a_chapter_that_fails_here_is_reported_not_fatal(tmp_path):
     """The chapter's own cells: an error is reported and grading goes on; a worker that dies
     leaves its remaining tasks without result (grader-error rows, in grade())."""
-    exercise = chapters.Exercise("1", "check_empty_partial(empty)", "check_empty_partial",
-                              "flashlib.book.exercises.online_softmax.check_empty_partial")
-    chapter = chapters.Chapter(
-        "fake", "Fake", [
-            ("code", "import numpy as np\n"
-                     "from flashlib.book.exercises.online_softmax import check_empty_partial"),
-            ("code", "1 / 0"),
-            ("exercise", "1"),
-            ("code", "import os\nos._exit(7)"),
-            ("exercise", "2"),
-        ], {"1": exercise, "2": dataclasses.replace(exercise, number="2")}, [])
+    chapter = fake_chapter(("code", "1 / 0"), ("exercise", "1"),
+                           ("code", "import os\nos._exit(7)"), ("exercise", "2"))
     tasks = [{"id": "a", "exercise": "1", "cells": [CORRECT["3.3"]]},
              {"id": "b", "exercise": "2", "cells": [CORRECT["3.3"]]}]
     found, errors = grade.grade_chapter(chapter, tasks, 20.0, 1, tmp_path / "logs")

@@ -14,6 +14,7 @@ import pytest
 
 from grading import audit, chapters, judge, made_up_class
 from grading.chapters import number_key
+from tests.grading.fake import fake_chapter
 
 ATTENTION = {"flashlib.fast.naive.naive_attention": None}
 
@@ -232,18 +233,10 @@ EMPTY = ("import numpy as np\n\ndef empty(n_q, d_v):\n    return np.full(n_q, -n
 def test_the_grader_refuses_in_the_judge_and_grades_the_honest(tmp_path):
     """Through the whole grader: the honest answer passes; the same answer after a patch in
     an earlier exercise's cell, or with grader detection, is refused (score 0, flagged)."""
-    import dataclasses
 
     from grading import grade
 
-    exercise = chapters.Exercise("1", "check_empty_partial(empty)", "check_empty_partial",
-                                 "flashlib.book.exercises.online_softmax.check_empty_partial")
-    chapter = chapters.Chapter(
-        "fake", "Fake", [
-            ("code", "import numpy as np\n"
-                     "from flashlib.book.exercises.online_softmax import check_empty_partial"),
-            ("exercise", "1"), ("exercise", "2")],
-        {n: dataclasses.replace(exercise, number=n) for n in "12"}, [])
+    chapter = fake_chapter(("exercise", "1"), ("exercise", "2"))
     patch = "from flashlib.book.exercises import refusal\nrefusal.watching = None\n"
     detect = "import socket\nGRADER = socket.gethostname() != 'colab'\n"
     tasks = [{"id": "honest", "exercise": "2", "cells": [EMPTY], "prelude": [["1", [EMPTY]]]},

@@ -18,6 +18,7 @@ import nbformat
 import pytest
 
 from grading import chapters, grade, gradebook, reports, submissions
+from tests.grading.fake import fake_chapter
 from tools import notebooks
 
 CHAPTER = grade.ROOT / "book" / "online-softmax.md"
@@ -239,18 +240,10 @@ def test_memory_is_measured_by_the_grader_and_capped(tmp_path):
     """The zygote reads the exercise's peak resident memory from /proc (the student's code
     cannot change it): an exercise holding 400 MB shows it; one asking for more than its
     limit is stopped (MemoryError under RLIMIT_AS) and flagged."""
-    import dataclasses
 
     from grading import sandbox
 
-    exercise = chapters.Exercise("1", "check_empty_partial(empty)", "check_empty_partial",
-                                 "flashlib.book.exercises.online_softmax.check_empty_partial")
-    chapter = chapters.Chapter(
-        "fake", "Fake", [
-            ("code", "import numpy as np\n"
-                     "from flashlib.book.exercises.online_softmax import check_empty_partial"),
-            ("exercise", "1"), ("exercise", "2"), ("exercise", "3"),
-        ], {n: dataclasses.replace(exercise, number=n) for n in "123"}, [])
+    chapter = fake_chapter(("exercise", "1"), ("exercise", "2"), ("exercise", "3"))
     empty = ("def empty(n_q, d_v):\n    return np.full(n_q, -np.inf), np.zeros(n_q), "
              "np.zeros((n_q, d_v))\n")
     too_much = sandbox.LIMITS["memory"] + 2**30
