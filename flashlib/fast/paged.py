@@ -39,17 +39,16 @@ __all__ = ["paged_decode_attention", "check_block_table"]
 
 
 def _table_array(block_table: object, n_b: int) -> np.ndarray:
-    """The table's dtype (integers, not bools) and shape (B, max_pages), as int64."""
+    """The table as given, checked for its dtype (integers, not bools) and shape
+    (B, max_pages)."""
     table = as_array(block_table, "block_table", "pass an integer array of page ids")
     if table.dtype == np.bool_ or not np.issubdtype(table.dtype, np.integer):
         raise TypeError(f"block_table must be an integer array of page ids (B, max_pages), got "
                         f"dtype {table.dtype}")
-    if table.dtype.kind == "u" and table.size and table.max() > np.iinfo(np.int64).max:
-        raise ValueError(f"block_table names page {table.max()}, beyond any cache's pages")
     if table.ndim != 2 or table.shape[0] != n_b:
         raise ValueError(f"block_table must have shape (B, max_pages) = ({n_b}, ...), one row "
                          f"per sequence of q, got shape {table.shape}")
-    return table.astype(np.int64)
+    return table
 
 
 def check_block_table(block_table: object, key_lengths: np.ndarray, n_pages: int,
@@ -60,7 +59,10 @@ def check_block_table(block_table: object, key_lengths: np.ndarray, n_pages: int
     [0, n_pages), no page twice in one sequence (two positions of one sequence cannot hold the
     same keys; sequences may share pages).  Entries past a sequence's pages are not read (-1
     padding is fine)."""
-    table = _table_array(block_table, len(key_lengths))
+    given = _table_array(block_table, len(key_lengths))
+    # int64: a uint64 id beyond int64 wraps to a negative one, refused below where it is read
+    # (by its value as given); unread padding may hold anything
+    table = given.astype(np.int64)
     used = -(-key_lengths // page_size)  # pages each sequence needs
     for b, (row, n) in enumerate(zip(table, used, strict=True)):
         if n > len(row):
@@ -68,7 +70,7 @@ def check_block_table(block_table: object, key_lengths: np.ndarray, n_pages: int
                 f"block_table row {b} holds {len(row)} pages of {page_size} keys, fewer than "
                 f"key_lengths[{b}] = {key_lengths[b]} needs ({n} pages)")
         ids = row[:n]
-        bad = ids[(ids < 0) | (ids >= n_pages)]
+        bad = given[b, :n][(ids < 0) | (ids >= n_pages)]
         if bad.size:
             raise ValueError(f"block_table row {b} names page {bad[0]}, outside the cache's "
                              f"pages [0, {n_pages})")

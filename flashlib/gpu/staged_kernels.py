@@ -200,9 +200,10 @@ def backward(q, k, v, o, L, do, causal: bool, scale: float, blocks: tuple[int, i
     N_K = k.shape[1]
     if D_rows is None:
         D_rows = delta(o, do, b_r)
-    elif tuple(D_rows.shape) != (BH, N_Q) or D_rows.dtype != torch.float32:
-        raise ValueError(f"D_rows must be a ({BH}, {N_Q}) float32 tensor, got "
-                         f"{tuple(D_rows.shape)} {D_rows.dtype}")
+    elif (tuple(D_rows.shape) != (BH, N_Q) or D_rows.dtype != torch.float32
+          or D_rows.device != q.device):
+        raise ValueError(f"D_rows must be a ({BH}, {N_Q}) float32 tensor on {q.device}, got "
+                         f"{tuple(D_rows.shape)} {D_rows.dtype} on {D_rows.device}")
     else:
         D_rows = D_rows.contiguous()
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)

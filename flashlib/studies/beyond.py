@@ -123,9 +123,9 @@ def paged_layout(lengths: list[int], page_size: int, n_splits: int, spare: int =
     owner += [None] * spare
     rows += [0] * spare
     splits = []
-    for table in tables:
-        per_split = max(1, -(-len(table) // n_splits))
-        splits.append([t // per_split for t in range(len(table))])
+    for table in tables:  # the table's entries cut as split-KV cuts keys (paged_kv_decode)
+        splits.append([s for s, (start, stop) in enumerate(split_ranges(len(table), n_splits))
+                       for _ in range(start, stop)])
     return PagedLayout(tables, owner, rows, splits)
 
 

@@ -160,10 +160,12 @@ def test_any_integer_table_and_unread_padding(table_dtype):
     assert max_err(got, decode_attention(q, K, V, key_lengths=L)) <= 1e-12
 
 
-def test_a_page_id_beyond_int64_is_refused_by_name():
-    table = np.array([[0, 1, 2, 2**64 - 1], [3, 4, 5, 6]], dtype=np.uint64)
-    with pytest.raises(ValueError, match="block_table names page 18446744073709551615"):
+def test_a_page_id_beyond_int64_is_refused_by_name_where_it_is_read():
+    table = np.array([[0, 2**64 - 1, 2, 7], [3, 4, 5, 6]], dtype=np.uint64)  # read: column 1
+    with pytest.raises(ValueError, match="row 0 names page 18446744073709551615"):
         _bad_call(block_table=table)
+    table[0] = [0, 1, 2, 2**64 - 1]  # unread padding of row 0 (it needs 3 pages): fine
+    _bad_call(block_table=table)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

@@ -149,7 +149,7 @@ def test_backward_reads_a_given_delta():
     right = sk.backward(q, k, v, o, lse, do, True, 0.25)
     given = sk.backward(q, k, v, o, lse, do, True, 0.25, D_rows=sk.delta(o, do))
     assert all(torch.equal(a, b) for a, b in zip(right, given, strict=True))
-    wrong = sk.backward(q, k, v, o, lse, do, True, 0.25, D_rows=torch.zeros(1, 20))
+    wrong = sk.backward(q, k, v, o, lse, do, True, 0.25, D_rows=torch.zeros(1, 20, device=DEVICE))
     assert _err(wrong[0], right[0]) > 1e-3
     with pytest.raises(ValueError, match="D_rows must be a"):
         sk.backward(q, k, v, o, lse, do, True, 0.25, D_rows=torch.zeros(20))

@@ -83,8 +83,8 @@ def test_paged_layout_is_a_consistent_pool(lengths, P, S):
         assert [lay.owner[p] for p in table] == [(b, t) for t in range(len(table))]
         assert sum(lay.rows[p] for p in table) == n
         assert all(lay.rows[p] == P for p in table[:-1])
-        per = max(1, -(-len(table) // S))
-        assert splits == [t // per for t in range(len(table))]
+        runs = split_ranges(len(table), S)  # as paged_kv_decode cuts the table
+        assert splits == [s for s, (a, b) in enumerate(runs) for _ in range(a, b)]
     assert sorted(p for t in lay.tables for p in t) == list(range(len(lay.owner) - 3))
 
 
