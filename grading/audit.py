@@ -101,6 +101,12 @@ NAMES = {
     "getppid": "looks for the grader (its parent's process id)",
     "getpgid": "looks for the grader (its process group)",
     "getsid": "looks for the grader (its session)",
+    "reload": "reloads a module, making copies of the library's functions the call-watcher "
+              "does not know (importlib.reload)",
+    "__import__": "imports a module by a name given at run time (__import__)",
+    "import_module": "imports a module by a name given at run time (importlib.import_module)",
+    "mmap": "maps memory the checkers' memory tracer does not see (mmap)",
+    "ctypes": "reaches memory and functions behind Python's back (ctypes)",
 }
 #: Names of :data:`NAMES` refused as names only, not as strings (words a message may hold).
 PLAIN_WORDS = {"grading", "measuring", "watching", "uname", "forbidding"}
@@ -151,6 +157,24 @@ def _parse(source: str) -> ast.Module | None:
         except (SyntaxError, ValueError):
             continue
     return None
+
+
+def _getattr_constant(node: ast.AST) -> bool:
+    """Whether ``node`` is ``getattr(x, "name")`` (or with a default) with a constant name."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == "getattr" and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str))
+
+
+def _code_like(text: str) -> bool:
+    """Whether a string constant reads as Python statements (not a word or a sentence)."""
+    if not any(c in text for c in "=(.\n") or len(text) > 100_000:
+        return False
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError):
+        return False
+    return True
 
 
 def _root(node: ast.AST) -> str | None:
@@ -250,6 +274,21 @@ def _top_level(cells: list[_Cell]) -> dict[str, list[tuple[ast.stmt, str]]]:
         if cell.tree is not None:
             visit(cell.tree.body, cell.label)
     return found
+
+
+def _aliases(bound: dict[str, list[tuple[ast.stmt, str]]], imported: dict[str, str]) -> set[str]:
+    """The names bound to a module or an imported object (or an attribute of one) by a plain
+    assignment, ``x = module`` or ``y = x.sub``, followed through chains of them."""
+    found: set[str] = set()
+    while True:
+        more = {name for name, statements in bound.items() if name not in found and any(
+            isinstance(s, ast.Assign) and isinstance(s.value, ast.Name | ast.Attribute)
+            and (root := _root(s.value)) is not None
+            and (root in imported or root in found or MODULE_NAMES.match(root))
+            for s, _ in statements)}
+        if not more:
+            return found
+        found |= more
 
 
 def _statement_names(node: ast.stmt) -> set[str]:
@@ -363,15 +402,22 @@ def audit(cells: list[str], prelude: list[tuple[str, list[str]]] | None = None,
     bound = _top_level(parsed)
     own = {name for name, statements in bound.items()
            if any(not isinstance(s, ast.Import | ast.ImportFrom) for s, _ in statements)}
-    for cell in parsed:
+    own -= _aliases(bound, imported)  # `x = some_module`: x is the module, not the student's
+    queue = list(parsed)
+    while queue:
+        cell = queue.pop(0)
         if cell.tree is None:
             continue
         lines = {}
         for node in ast.walk(cell.tree):
             line = getattr(node, "lineno", None)
-            if isinstance(node, ast.Attribute):
-                lines.setdefault(node.attr, line)
-                dotted = _dotted(node)
+            if isinstance(node, ast.Attribute) or _getattr_constant(node):
+                if isinstance(node, ast.Attribute):
+                    lines.setdefault(node.attr, line)
+                    dotted = _dotted(node)
+                else:  # getattr(sys, "modules") reads sys.modules
+                    base = _dotted(node.args[0])
+                    dotted = f"{base}.{node.args[1].value}" if base else None
                 if dotted is not None:
                     head, _, rest = dotted.partition(".")
                     full = f"{imported.get(head, head)}.{rest}" if rest else dotted
@@ -408,6 +454,9 @@ def audit(cells: list[str], prelude: list[tuple[str, list[str]]] | None = None,
                 names |= {part for a in node.names for part in a.name.split(".")}
                 names |= set((getattr(node, "module", None) or "").split("."))
         texts = {s for s in strings if s.isidentifier() and s not in PLAIN_WORDS}
+        # code held in a string (for exec, eval, compile) is audited as a cell of its own
+        queue += [_Cell(text, f"{cell.label} (code in a string)") for text in sorted(strings)
+                  if _code_like(text)]
         for name in sorted(names | texts):
             if name in NAMES:
                 line = lines.get(name)

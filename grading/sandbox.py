@@ -643,6 +643,7 @@ class Cgroup:
 
     def __init__(self, folders: dict[str, Path]):
         self.folders = folders  # {"v2": path} or {"memory": path, "pids": path}
+        self._before_reset = 0  # the highest peak :meth:`reset_peak` started again from
         self._peak_file: Any = None  # cgroup v2's memory.peak, held open once reset
 
     @classmethod
@@ -722,10 +723,17 @@ class Cgroup:
         except (OSError, ValueError, IndexError, KeyError):
             return None
 
+    def whole_peak(self) -> int | None:
+        """The most bytes charged since the cgroup was made, across :meth:`reset_peak`."""
+        peak = self.peak()
+        return None if peak is None else max(peak, self._before_reset)
+
     def reset_peak(self) -> bool:
         """Start the peak again from the usage now: cgroup v1 takes a write of 0 to
         memory.max_usage_in_bytes; v2 (Linux 6.12 and later) a write to memory.peak, for
-        reads through the same open file.  False where the kernel cannot."""
+        reads through the same open file.  False where the kernel cannot.
+        :meth:`whole_peak` keeps what came before."""
+        self._before_reset = max(self._before_reset, self.peak() or 0)
         try:
             if "v2" in self.folders:
                 if self._peak_file is None:

@@ -172,7 +172,7 @@ class Zygote:
             reply = self.recv(CONTROL_TIMEOUT)
         finally:
             if cgroup is not None:  # the exercise's processes are gone: its whole peak
-                self.task_memory = {"peak": cgroup.peak(), "by": cgroup.version,
+                self.task_memory = {"peak": cgroup.whole_peak(), "by": cgroup.version,
                                     "limit_hit": cgroup.limit_hit()}
                 cgroup.kill()
                 cgroup.remove()
@@ -306,11 +306,13 @@ class TaskLink:
         blob = rpc.dumps((tuple(args), dict(kwargs)), callbacks)
         # a checker's memory probe: measured by the exercise's cgroup, here, where there is
         # one (the student's process only says when its arguments are unpacked and when the
-        # call has returned); else by tracemalloc in the student's process
+        # call has returned), and by tracemalloc in the student's process as well: the larger
+        # counts (memory held before the call and freed inside it hides from the cgroup's
+        # difference, not from tracemalloc, which the audit keeps the student's code from)
         outside = adapter.measuring() and self.cgroup is not None and self.cgroup.reset_peak()
         base, peak = (self.cgroup.usage() if outside else None), None
         self.send(header | {"watch": adapter.forbidden_names(),
-                           "measure": adapter.measuring() and not outside,
+                           "measure": adapter.measuring(),
                            "outside": bool(outside)}, [blob])
         while True:
             reply, buffers = self.recv()
@@ -333,7 +335,7 @@ class TaskLink:
         if outside:
             peak = peak if peak is not None else self.cgroup.peak()
             if peak is not None and base is not None:
-                adapter.record_peak(max(0, peak - base))
+                adapter.record_peak(max(0, peak - base, int(reply.get("peak") or 0)))
         elif reply.get("peak") is not None:
             adapter.record_peak(int(reply["peak"]))
         calls = [(str(name), [tuple(s) if isinstance(s, list) else None for s in shapes])

@@ -84,6 +84,34 @@ triton_attention.forward = lambda *a, **k: (a[0], None)
 import flashlib.book.exercises.gpu as g
 g._launch = lambda kernel, grid, *a, **k: None
 """, "changes `g._launch`"),
+    "a module written through an alias": ("""
+import flashlib.book.exercises.refusal as r
+x = r
+y = x
+y._resolve = lambda name: None
+""", "changes `y._resolve`"),
+    "code in a string, run by exec": ("""
+exec("import tracemalloc\\ntracemalloc.stop()")
+""", "tracemalloc"),
+    "the watcher replaced by code in a string": ("""
+exec("from flashlib.book.exercises import refusal\\nrefusal.watching = None")
+""", "changes `refusal.watching`"),
+    "the module table through getattr": ("""
+import sys
+table = getattr(sys, "modules")
+""", "sys.modules"),
+    "a module imported by a name given at run time": ("""
+table = __import__("sys").modules
+""", "__import__"),
+    "the library reloaded (copies the watcher does not know)": ("""
+import importlib
+from flashlib.fast import naive
+importlib.reload(naive)
+""", "reload"),
+    "memory the tracer does not see": ("""
+import mmap
+buffer = mmap.mmap(-1, 2**28)
+""", "mmap"),
     "the chapter's checker patched": ("""
 Feedback.passed = property(lambda self: True)
 """, "changes `Feedback.passed`"),

@@ -104,9 +104,10 @@ def _tiled_state_exercise() -> tuple[str, str]:
 #: The whole (N, N) score matrix, in memory tracemalloc does not see (an anonymous mmap):
 #: the check made inside the student's process passes it; the cgroup does not.
 HIDDEN_MATRIX = """
-import mmap
-def _hidden(shape):
-    return np.ndarray(shape, buffer=mmap.mmap(-1, int(np.prod(shape)) * 8))
+import tempfile
+def _hidden(shape):  # a file mapping: no allocation tracemalloc sees (mmap itself is refused)
+    with tempfile.TemporaryFile() as file:  # the mapping keeps its own handle
+        return np.memmap(file, dtype=np.float64, mode="w+", shape=shape)
 def tiled_state(Q, K, V, B_r, B_c):
     S = _hidden((Q.shape[0], K.shape[0]))
     np.matmul(Q, K.T, out=S)
