@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # Silences a debugger warning that Jupyter kernels print when they start.
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: book book-student student-notebooks test check notebooks lab lint bench constraints clean grade
+.PHONY: book catalogs book-student student-notebooks test check notebooks lab lint bench constraints clean grade
 
 # PYTHONWARNINGS: setuptools prints a warning box on every editable install ("Editable
 # installation": folders named like the package may shadow it), even with --quiet.
@@ -19,19 +19,28 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 		$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
-## make book: execute every chapter and build the static site into _build/html
+## make book: execute every chapter and build the static site into _build/html, the English
+## edition at its root and the Japanese one (tools/ja_edition.py: the same chapters and their
+## executed outputs, translated through locales/ja) under _build/html/ja
 # Sphinx and the execution cache only notice changes to the chapters themselves (and to files
 # they literalinclude); when flashlib changes (its .py and its widgets' .js), every glued
 # number and figure must be recomputed, so the build starts afresh.
 # The book's Sphinx extension and theme templates shape every page: a change rebuilds too.
-FLASHLIB_HASH := $(shell find flashlib tools/book_extension.py book/_templates -type f \
+FLASHLIB_HASH := $(shell find flashlib tools/book_extension.py tools/i18n_extension.py book/_templates -type f \
 	\( -name '*.py' -o -name '*.js' -o -name '*.html' \) | LC_ALL=C sort | xargs cat \
 	| sha256sum | cut -c1-16)
 book: $(STAMP)
 	@if [ "$$(cat _build/.flashlib-hash 2>/dev/null)" != "$(FLASHLIB_HASH)" ]; then \
 		echo "flashlib or the book's extension changed: rebuilding and re-executing every chapter"; rm -rf _build; fi
 	$(BIN)/jupyter-book build . -W -n --keep-going
+	$(BIN)/python -m tools.ja_edition build
 	echo "$(FLASHLIB_HASH)" > _build/.flashlib-hash
+
+## make catalogs: after changing the English text, update the Japanese edition's catalogs
+## (locales/ja/LC_MESSAGES/: new entries empty, changed ones fuzzy; `make test` refuses both
+## until they are translated: python -m tools.catalogs check)
+catalogs: $(STAMP)
+	$(BIN)/python -m tools.ja_edition catalogs
 
 ## make book-student: the student edition of the site, every solution removed
 ## (tools/student_edition.py), into _build/student/_build/html; after `make book`, whose

@@ -108,16 +108,20 @@ def add_colab_link(app: Sphinx, doctree: nodes.document) -> None:
     if not is_notebook(source):
         return
     name = source.stem
-    if not (Path(app.srcdir) / "notebooks" / f"{name}.ipynb").is_file():
+    lang = app.config.language if app.config.language in EDITIONS else "en"
+    folder = "notebooks" if lang == "en" else f"notebooks/{lang}"
+    if not (Path(app.srcdir) / folder / f"{name}.ipynb").is_file():
         logger.warning(
-            "no notebooks/%s.ipynb for chapter %s: run `make notebooks`",
+            "no %s/%s.ipynb for chapter %s: run `make notebooks`",
+            folder,
             name,
             env.docname,
             location=env.docname,
         )
         return
-    url = colab_url(repository()[0], release_ref(), name)
-    link = nodes.reference("", "Open in Colab", refuri=url, internal=False)
+    url = colab_url(repository()[0], release_ref(), name, folder=folder)
+    text = "Colab で開く" if lang == "ja" else "Open in Colab"
+    link = nodes.reference("", text, refuri=url, internal=False)
     para = nodes.paragraph("", "", link, classes=["colab-link"])
     section = next(iter(doctree.findall(nodes.section)), None)
     if section is None:
@@ -162,6 +166,40 @@ def accessible_body(app: Sphinx, pagename: str, templatename: str, context: dict
     for pattern, replacement, _ in BODY_FIXES:
         body = pattern.sub(replacement, body)
     context["body"] = body
+
+
+#: The book's editions: language code -> (the edition's name in its own language, the folder
+#: of its site beside the English one's). tools/ja_edition.py builds the Japanese into ja/.
+EDITIONS = {"en": ("English", ""), "ja": ("日本語", "ja/")}
+
+
+def edition_links(language: str, pagename: str) -> dict[str, str]:
+    """Relative links from ``pagename`` of the ``language`` edition to the same page of each
+    other edition: plain relative paths, so that they work offline and on ``file://``."""
+    up = "../" * (pagename.count("/") + (1 if EDITIONS[language][1] else 0))
+    return {code: f"{up}{folder}{pagename}.html" for code, (_, folder) in EDITIONS.items()
+            if code != language}
+
+
+def edition_switcher(app: Sphinx, pagename: str, templatename: str, context: dict,
+                     doctree) -> None:
+    """A link at the top of every page to the same page in the other edition (none in the
+    student edition, which has no Japanese site), and ``<link rel="alternate" hreflang>``."""
+    language = app.config.language or "en"
+    if getattr(app.config, "student_edition", False) or language not in EDITIONS:
+        return
+    links = edition_links(language, pagename)
+    context["metatags"] = context.get("metatags", "") + "".join(
+        f'<link rel="alternate" hreflang="{code}" href="{href}">' for code, href in links.items())
+    body = context.get("body")
+    if not body:
+        return
+    anchors = " ".join(
+        f'<a href="{href}" hreflang="{code}" lang="{code}">{EDITIONS[code][0]}</a>'
+        for code, href in links.items())
+    label = "言語" if language == "ja" else "Language"
+    context["body"] = (f'<nav class="flashlib-edition" aria-label="{label}">{anchors}</nav>\n'
+                       + body)
 
 
 def code_columns(text: str) -> int:
@@ -271,5 +309,6 @@ def setup(app: Sphinx) -> dict:
     app.connect("html-page-context", dedupe_scripts, priority=900)
     app.connect("html-page-context", accessible_body, priority=900)
     app.connect("html-page-context", images_to_files, priority=900)
+    app.connect("html-page-context", edition_switcher, priority=900)
     app.connect("doctree-resolved", mark_wide_code)
     return {"version": "2.0", "parallel_read_safe": True, "parallel_write_safe": True}

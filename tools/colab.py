@@ -53,13 +53,16 @@ def release_ref() -> str:
     return f"v{version()}"
 
 
-def colab_link(name: str, student: bool = False) -> str:
+def colab_link(name: str, student: bool = False, lang: str = "en") -> str:
     """The Colab URL of notebooks/NAME.ipynb at the release tag; ``student``: NAME.ipynb of
-    the student notebooks' repository (tools/student_notebooks.py), which holds no solution.
+    the student notebooks' repository (tools/student_notebooks.py), which holds no solution;
+    ``lang="ja"``: the Japanese notebook (notebooks/ja/, the student repository's ja/).
     The links between notebooks are absolute, because relative ones do not work on Colab."""
+    sub = "" if lang == "en" else lang
     if student:
-        return colab_url(student_repository(), release_ref(), name, folder="")
-    return colab_url(repository()[0], release_ref(), name, folder="notebooks")
+        return colab_url(student_repository(), release_ref(), name, folder=sub)
+    return colab_url(repository()[0], release_ref(), name,
+                     folder="/".join(p for p in ("notebooks", sub) if p))
 
 
 def wheel_name() -> str:
@@ -73,10 +76,12 @@ def student_wheel_url() -> str:
     return f"{student_repository()}/raw/{release_ref()}/wheels/{wheel_name()}"
 
 
-def colab_cell(student: bool = False) -> nbformat.NotebookNode:
+def colab_cell(student: bool = False, lang: str = "en") -> nbformat.NotebookNode:
     """The set-up cell: tools/colab_cell.md's code with ``{url}`` (_config.yml's
     ``repository.url``) and ``{version}`` (pyproject.toml) filled in, collapsed; with
-    ``student``, it installs the wheel of the student notebooks' repository instead."""
+    ``student``, it installs the wheel of the student notebooks' repository instead; with
+    ``lang="ja"`` its title is Japanese and it sets ``FLASHLIB_LANG=ja``, so that the
+    checkers and figures speak Japanese (flashlib.book.i18n)."""
     text = COLAB_CELL.read_text(encoding="utf-8")
     code = re.search(r"^```python\n(?P<code>.*?)^```$", text, re.MULTILINE | re.DOTALL)
     if code is None:
@@ -88,6 +93,12 @@ def colab_cell(student: bool = False) -> nbformat.NotebookNode:
         source = source.replace(key, value)
     if student:
         source = source.replace(f"git+{repository()[0]}@v{version()}", student_wheel_url())
+    if lang == "ja":
+        title, _, rest = source.partition("\n")
+        source = (f"#@title セットアップ: Colab ではまずこのセルを実行してください（flashlib "
+                  f"{version()} をインストールします）\n{rest}\n\n"
+                  "import os\n\n"
+                  "os.environ[\"FLASHLIB_LANG\"] = \"ja\"  # チェッカーと図を日本語で表示")
     return nbformat.v4.new_code_cell(source, metadata=COLLAPSED_CODE)
 
 
@@ -103,12 +114,23 @@ from flashlib.book.exercises.variants import use_student
 STUDENT_ID = use_student(STUDENT_ID, chapter="{chapter}")"""
 
 
-def student_cell(chapter: int) -> nbformat.NotebookNode:
+STUDENT_CELL_JA = """\
+#@title 受講者 ID: ここに入力してから、このセルを実行してください
+STUDENT_ID = ""  # 成績をつける ID（例: "s1234567"）
+
+# 答えが数値・文字・式である練習問題は、ID から決まる各自のバリアントを
+# 出題します（採点はそのバリアントで行います）:
+from flashlib.book.exercises.variants import use_student
+
+STUDENT_ID = use_student(STUDENT_ID, chapter="{chapter}")"""
+
+
+def student_cell(chapter: int, lang: str = "en") -> nbformat.NotebookNode:
     """The student edition's id cell for chapter number ``chapter``: ``STUDENT_ID`` (or the
     environment variable FLASHLIB_STUDENT_ID when it is empty) sets the student whose variants
     the exercises ask, and the chapter's variants are printed."""
-    return nbformat.v4.new_code_cell(STUDENT_CELL.format(chapter=chapter),
-                                     metadata=COLLAPSED_CODE)
+    cell = STUDENT_CELL_JA if lang == "ja" else STUDENT_CELL
+    return nbformat.v4.new_code_cell(cell.format(chapter=chapter), metadata=COLLAPSED_CODE)
 
 
 def has_setup_cell(nb: nbformat.NotebookNode) -> bool:

@@ -86,7 +86,31 @@ HIDDEN_INPUT = {"hide-input", "remove-input"}
 GLOSSARY = "book/glossary"
 #: An exercise's heading in the notebooks as `directive` writes it ("### Exercise 2",
 #: "### Exercise 1.2: title"): how grading/grade.py finds a notebook's exercises.
-EXERCISE_HEADING = re.compile(r"^#{1,6} Exercise (?P<number>\d+(?:\.\d+)*)\b", re.MULTILINE)
+EXERCISE_HEADING = re.compile(r"^#{1,6} (?:Exercise|練習) (?P<number>\d+(?:\.\d+)*)(?![\d.]*\d)",
+                              re.MULTILINE)
+GLUE_NOTE_JA = (
+    "> **このノートブックでは** `{name}` のようなコード書体の名前は、コードが計算する数値を表し"
+    "ます。セルを実行すると、各テキストセルの直前にある折りたたまれたセルが、そのテキストが引用"
+    "する数値を `{name} = ...` の形で表示します（本書のウェブサイトでは数値が本文に入ります）。"
+    "`flashlib.book.glued()` はすべての値を名前つきで一覧します。"
+)
+#: What the notebooks add to a chapter, in each edition's language ("ja": tools/ja_edition.py
+#: translates the chapter's prose; these are the notebooks' own words).
+WORDS = {
+    "en": {"exercise": "Exercise", "solution to": "Solution to Exercise {number}",
+           "solution": "Solution", "continued": " (continued)",
+           "numbers in solution": "Numbers in the solution below",
+           "numbers in text": "Numbers in the text below", "show code": "Show the code",
+           "on the website": "(on the book's website)", "glue note": GLUE_NOTE},
+    "ja": {"exercise": "練習", "solution to": "練習 {number} の解答", "solution": "解答",
+           "continued": "（続き）", "numbers in solution": "下の解答が引用する数値",
+           "numbers in text": "下の本文が引用する数値", "show code": "コードを表示",
+           "on the website": "（本書のウェブサイトにあります）", "glue note": GLUE_NOTE_JA},
+}
+ADMONITION_TITLES_JA = {"note": "注", "tip": "ヒント", "hint": "ヒント", "important": "重要",
+                        "warning": "警告", "caution": "注意", "attention": "注意",
+                        "danger": "危険", "error": "エラー", "seealso": "参照",
+                        "dropdown": "詳しく"}
 
 
 @dataclass
@@ -100,6 +124,10 @@ class Page:
 
     source: Path
     student: bool = False  # the student edition: links go to notebooks/student/
+    lang: str = "en"  # "ja": the Japanese notebooks (notebooks/ja/), links among them
+
+    def word(self, key: str, **values: str) -> str:
+        return WORDS[self.lang][key].format(**values)
     exercises: dict[str, str] = field(default_factory=dict)
     n_exercises: int = 0
     glue_names: list[str] = field(default_factory=list)
@@ -152,10 +180,14 @@ def doc_link(target: str, page: Page) -> str:
     if rel not in page_titles():
         raise ValueError(f"{{doc}}`{target}`: no page {rel} in _toc.yml")
     title, notebook = page_titles()[rel]
+    if page.lang != "en":
+        from tools.ja_edition import page_title
+
+        title = page_title(Path(rel).name, title)
     text = text or title
     if not notebook:
-        return f"*{text}* (on the book's website)"
-    return f"[{text}]({colab_link(Path(rel).name, page.student)})"
+        return f"*{text}* {page.word('on the website')}"
+    return f"[{text}]({colab_link(Path(rel).name, page.student, page.lang)})"
 
 
 def term_anchor(term: str) -> str:
@@ -173,7 +205,7 @@ def term_link(text: str, page: Page) -> str:
     if not page_titles()[GLOSSARY][1]:
         return f"*{text}*"
     here = page.source.resolve() == (ROOT / f"{GLOSSARY}.md").resolve()
-    notebook = "" if here else colab_link(Path(GLOSSARY).name, page.student)
+    notebook = "" if here else colab_link(Path(GLOSSARY).name, page.student, page.lang)
     return f"[{text}]({notebook}#{term_anchor(term)})"
 
 
@@ -263,7 +295,7 @@ def directive(name: str, arg: str, options: dict[str, str], body: str, page: Pag
         number = f"{chapter_number(page.source)}.{page.n_exercises}"
         if "label" in options:
             page.exercises[options["label"]] = number
-        title = f"### Exercise {number}" + (f": {arg}" if arg else "")
+        title = f"### {page.word('exercise')} {number}" + (f": {arg}" if arg else "")
         return f"{title}\n\n{quote(body)}" if body else title
     if name in ("solution-start", "solution"):
         number = page.exercises.get(arg, "")
@@ -278,7 +310,9 @@ def directive(name: str, arg: str, options: dict[str, str], body: str, page: Pag
     if name == "glossary":
         return glossary(body)
     if name == "dropdown" or (name in ADMONITIONS and "dropdown" in options.get("class", "")):
-        title = re.sub(r"`([^`]*)`", r"<code>\1</code>", arg or name.capitalize())  # HTML
+        default = (ADMONITION_TITLES_JA.get(name, name) if page.lang == "ja"
+                   else name.capitalize())
+        title = re.sub(r"`([^`]*)`", r"<code>\1</code>", arg or default)  # HTML
         return f"<details>\n<summary>{title}</summary>\n\n{body}\n\n</details>"
     if name == "grid":  # sphinx-design's columns: in a notebook, one card after the other
         return body
@@ -291,7 +325,8 @@ def directive(name: str, arg: str, options: dict[str, str], body: str, page: Pag
     if name in ("code-block", "code", "sourcecode"):
         return f"```{arg}\n{body}\n```"
     if name in ADMONITIONS:
-        title = arg if name == "admonition" else name.capitalize()
+        title = arg if name == "admonition" else (
+            ADMONITION_TITLES_JA.get(name, name) if page.lang == "ja" else name.capitalize())
         return quote(f"**{title}**" + (f"\n\n{body}" if body else ""))
     return quote(f"**{name}**" + (f" {arg}" if arg else "") + (f"\n\n{body}" if body else ""))
 
@@ -339,7 +374,7 @@ def exercise_numbers(markdown: str) -> list[str]:
     return [match["number"] for match in EXERCISE_HEADING.finditer(markdown)]
 
 
-def collapsed_source(source: str) -> str:
+def collapsed_source(source: str, lang: str = "en") -> str:
     """A hidden cell's code under a ``#@title``: its first comment line (``# Bookkeeping:
     ...`` -> ``#@title Bookkeeping: ...``), else "Show the code"."""
     first, _, rest = source.partition("\n")
@@ -347,14 +382,14 @@ def collapsed_source(source: str) -> str:
         return source
     if first.startswith("# "):
         return f"#@title {first[2:].strip()}\n{rest}"
-    return f"#@title Show the code\n{source}"
+    return f"#@title {WORDS[lang]['show code']}\n{source}"
 
 
-def numbers_cell(cited: list[tuple[str, bool]]) -> nbformat.NotebookNode:
+def numbers_cell(cited: list[tuple[str, bool]], lang: str = "en") -> nbformat.NotebookNode:
     """The collapsed cell printing the glued numbers that the next markdown cell cites; the
     cell's output is collapsed too when every citation is inside a solution."""
     in_solution = all(solution for _, solution in cited)
-    title = "Numbers in the solution below" if in_solution else "Numbers in the text below"
+    title = WORDS[lang]["numbers in solution" if in_solution else "numbers in text"]
     refs = ", ".join(f'"{ref}"' for ref, _ in cited)
     call = f"print_glued({refs})"
     if len(call) > 99:
@@ -364,15 +399,16 @@ def numbers_cell(cited: list[tuple[str, bool]]) -> nbformat.NotebookNode:
     return nbformat.v4.new_code_cell(source, metadata={"cellView": "form", "jupyter": jupyter})
 
 
-def wrap_solutions(text: str, open_before: str | None) -> str:
+def wrap_solutions(text: str, open_before: str | None, lang: str = "en") -> str:
     """Turn the solution marks of one rewritten markdown cell into ``<details>`` elements: a
     solution open when the cell starts (``open_before``) reopens as "(continued)"; one still
     open at its end is closed there (the next cell reopens it)."""
 
     def opening(number: str, continued: bool = False) -> str:
-        title = f"Solution to Exercise {number}" if number else "Solution"
-        return (f"<details>\n<summary>{title}{' (continued)' if continued else ''}</summary>"
-                "\n\n")
+        words = WORDS[lang]
+        title = words["solution to"].format(number=number) if number else words["solution"]
+        return (f"<details>\n<summary>{title}{words['continued'] if continued else ''}"
+                "</summary>\n\n")
 
     out, pos, open_now = [], 0, open_before
     if open_before is not None:
@@ -399,19 +435,27 @@ def markdown_cell(text: str, page: Page) -> str:
     """One markdown cell of the chapter as the notebook shows it: `jupyter_markdown`, then
     its solutions wrapped in ``<details>``; ``page.cited`` lists its glue references."""
     open_before, page.cited = page.solution, []
-    return wrap_solutions(jupyter_markdown(text, page), open_before)
+    return wrap_solutions(jupyter_markdown(text, page), open_before, page.lang)
 
 
 def clean_notebook(source: Path, citations: dict[str, list[str]] | None = None,
-                   *, student: bool = False) -> nbformat.NotebookNode:
+                   *, student: bool = False, lang: str = "en") -> nbformat.NotebookNode:
     """The chapter as a notebook: no outputs, only the metadata Jupyter/Colab need, markdown
     cells in CommonMark (`jupyter_markdown`), the cells the module docstring lists added.
     ``citations``, when given, receives ``{markdown cell id: [glue names it cites]}``;
-    ``student``: the student edition, every solution removed (`without_solutions`)."""
+    ``student``: the student edition, every solution removed (`without_solutions`);
+    ``lang="ja"``: the Japanese notebook, its prose from the catalogs
+    (`tools.ja_edition.translated_markdown`), its own words from :data:`WORDS`."""
     nb = jupytext.read(source, fmt="md:myst")
+    if lang != "en":
+        from tools.ja_edition import translated_markdown
+
+        for cell in nb.cells:
+            if cell.cell_type == "markdown":
+                cell.source = translated_markdown(cell.source, source.stem)
     if student:
         nb.cells = without_solutions(nb.cells)
-    page = Page(source, student=student)
+    page = Page(source, student=student, lang=lang)
     cells, cited_by = [], []
     for cell in nb.cells:
         if cell.cell_type == "markdown":
@@ -419,14 +463,15 @@ def clean_notebook(source: Path, citations: dict[str, list[str]] | None = None,
             if not cell.source.strip():
                 continue
             if page.cited:
-                cells.append(numbers_cell(page.cited))
+                cells.append(numbers_cell(page.cited, lang))
                 cited_by.append([])
         elif cell.cell_type == "code" and page.solution is not None:
-            number = f" {page.solution}" if page.solution else ""
-            cell.source = f"#@title Solution to Exercise{number}\n{cell.source}"
+            title = (page.word("solution to", number=page.solution) if page.solution
+                     else page.word("solution to", number="").rstrip())
+            cell.source = f"#@title {title}\n{cell.source}"
             cell.metadata = COLLAPSED_CODE | {"tags": cell.metadata.get("tags", [])}
         elif cell.cell_type == "code" and HIDDEN_INPUT & set(cell.metadata.get("tags", [])):
-            cell.source = collapsed_source(cell.source)
+            cell.source = collapsed_source(cell.source, lang)
             cell.metadata = COLLAPSED_CODE | {"tags": cell.metadata.get("tags", [])}
         cells.append(cell)
         cited_by.append([ref.split(":", 1)[0] for ref, _ in page.cited]
@@ -439,12 +484,12 @@ def clean_notebook(source: Path, citations: dict[str, list[str]] | None = None,
     head = cells[title].source[: heading.end()]
     rest = cells[title].source[heading.end():].strip("\n")
     if page.glue_names:
-        head += "\n\n" + GLUE_NOTE.format(name=page.glue_names[0])
+        head += "\n\n" + page.word("glue note", name=page.glue_names[0])
     cells[title].source = head
     has_code = any(c.cell_type == "code" for c in cells)
-    extra = [colab_cell(student=student)] if has_code else []
+    extra = [colab_cell(student=student, lang=lang)] if has_code else []
     if has_code and page.student and page.n_exercises:  # the student's id: their variants
-        extra.append(student_cell(chapter_number(source)))
+        extra.append(student_cell(chapter_number(source), lang))
     if rest:
         extra.append(nbformat.v4.new_markdown_cell(rest))
         cited_by[title], cited_by_rest = [], cited_by[title]

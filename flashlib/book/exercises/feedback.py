@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from flashlib.book import i18n
 from flashlib.book.site import static_site
 
 __all__ = ["NOT_ATTEMPTED", "ON_THE_SITE", "NotAttempted", "LearnerError", "Case", "Feedback",
@@ -55,9 +56,11 @@ class Feedback:
 
     def ok(self, message: str) -> None:
         self.passes.append(message)
+        i18n.record(message)
 
     def fail(self, message: str) -> None:
         self.problems.append(message)
+        i18n.record(message)
 
     @contextlib.contextmanager
     def case(self, label: str, hint: str = "") -> Iterator[Case]:
@@ -82,13 +85,16 @@ class Feedback:
         return self.passed
 
     def __repr__(self) -> str:
+        """The verdict and one line per check, in the reader's language
+        (:mod:`flashlib.book.i18n`: English unless a Japanese notebook chose Japanese)."""
+        t = i18n.translate
         if static_site():
             return f"{self.exercise}:\n{ON_THE_SITE}"
-        head = (f"PASSED {self.exercise}: all {len(self.passes)} checks passed."
-                if self.passed else f"NOT YET {self.exercise}:")
+        head = (t(f"PASSED {self.exercise}: all {len(self.passes)} checks passed.")
+                if self.passed else t(f"NOT YET {self.exercise}:"))
         lines = [head]
-        lines += [f"  x  {p}" for p in self.problems]
-        lines += [f"  ok {p}" for p in self.passes]
+        lines += [f"  x  {t(p)}" for p in self.problems]
+        lines += [f"  ok {t(p)}" for p in self.passes]
         return "\n".join(lines)
 
     __str__ = __repr__

@@ -8,10 +8,12 @@
   if (!root || root.getAttribute("data-ready")) return;
   root.setAttribute("data-ready", "1");
   var spec = JSON.parse(root.querySelector("script.flashlib-ifig-data").textContent);
+  // the reader's language (js/i18n.js, on Japanese pages and notebooks), else the English
+  var T = window.flashlibTranslate || function (s) { return s; };
   var h = {
-    // text for SVG/HTML content or attribute values
+    // text for SVG/HTML content or attribute values, in the reader's language
     esc: function (s) {
-      return String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;")
+      return T(String(s)).replace(/&/g, "&amp;").replace(/</g, "&lt;")
         .replace(/>/g, "&gt;").replace(/"/g, "&quot;");
     },
     // <tag a="1" ...>children</tag>; attrs: {name: value}, undefined/null values skipped
@@ -51,8 +53,8 @@
       values[slider.name] = slider.values[i];
       var out = input.parentNode.querySelector("output");  // none beside a dropdown
       if (out) {
-        input.setAttribute("aria-valuetext", slider.labels[i]);
-        out.textContent = slider.labels[i];
+        input.setAttribute("aria-valuetext", T(String(slider.labels[i])));
+        out.textContent = T(String(slider.labels[i]));
       }
     });
     var out = draw(spec.data, values, h);
@@ -77,7 +79,7 @@
       svg.style.maxWidth = "30rem";
       svg.style.height = "auto";
     }
-    drawing.setAttribute("aria-label", out.alt);
+    drawing.setAttribute("aria-label", T(out.alt));
   }
   inputs.forEach(function (input) {
     input.addEventListener(input.tagName === "SELECT" ? "change" : "input", update);

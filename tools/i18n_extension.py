@@ -1,0 +1,151 @@
+"""Sphinx extension of the translated editions (loaded by the configs tools/ja_edition.py
+writes): glued numbers kept in translated paragraphs, and what the code wrote translated.
+
+**What the code wrote.** The Japanese site reuses the English execution (the same cache, the
+same numbers). As it reads a page, it translates the executed outputs through
+:mod:`flashlib.book.i18n`'s table: every HTML output (figures' captions, controls, alt texts,
+"Held fixed" lines, diagrams' SVG text, tables) with :func:`~flashlib.book.i18n.translate_html`,
+and every glued value (Markdown sentences, HTML) as it is pasted into the text. Printed output
+(``print``, tracebacks) is the program's own output and stays as it is. Figures drawn in the
+browser translate their labels with the same table: each page loads ``flashlib-words.js``
+(the table and flashlib/book/js/i18n.js).
+
+**Glued numbers in translated paragraphs.**
+Sphinx replaces a paragraph by its translation by parsing the translated text as a document
+of its own (``sphinx.transforms.i18n``); myst-nb's glue roles look their values up in the
+document's notebook renderer, which that small document lacks, so every ``{glue:text}`` of a
+translated paragraph would be lost ("No key ... found in glue data"). Here the renderer of the
+page being read is remembered, and the glue look-up falls back to it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from docutils import nodes
+from sphinx.application import Sphinx
+from sphinx.config import Config
+
+from flashlib.book import i18n
+
+_RENDERERS: dict[str, Any] = {}
+
+
+def _patch() -> None:
+    import myst_nb.ext.glue.directives as directives
+    import myst_nb.ext.glue.roles as roles
+    import myst_nb.ext.glue.utils as utils
+    import myst_nb.sphinx_ as sphinx_
+
+    if getattr(utils.retrieve_glue_data, "_flashlib", False):
+        return
+    original = utils.retrieve_glue_data
+    parse = sphinx_.Parser.parse
+
+    class Attributes(dict):
+        """A document's attributes that remember the notebook renderer myst-nb pops from
+        them at the end of its parse (myst_nb/sphinx_.py: "we temporarily store nb_renderer
+        on the document")."""
+
+        docname = ""
+
+        def pop(self, key: str, *default: Any) -> Any:
+            if key == "nb_renderer" and key in self:
+                _RENDERERS[self.docname] = self[key]
+            return super().pop(key, *default)
+
+    def remembering_parse(self: Any, inputstring: str, document: Any) -> None:
+        env = getattr(document.settings, "env", None)
+        attributes = Attributes(document.attributes)
+        attributes.docname = getattr(env, "docname", "")
+        document.attributes = attributes
+        try:
+            parse(self, inputstring, document)
+        finally:
+            document.attributes = dict(attributes)  # pickled with the doctree
+
+    def retrieve_glue_data(document: Any, key: str) -> Any:
+        if "nb_renderer" in document:
+            return original(document, key)
+        env = getattr(document.settings, "env", None)
+        renderer = _RENDERERS.get(getattr(env, "docname", None))
+        if renderer is None:
+            return original(document, key)
+        # lent for the look-up only: the translated nodes keep a reference to their small
+        # document, which is pickled with the page (a renderer cannot be)
+        document.attributes["nb_renderer"] = renderer
+        try:
+            return original(document, key)
+        finally:
+            del document.attributes["nb_renderer"]
+
+    def translated_glue_data(document: Any, key: str) -> Any:
+        result = retrieve_glue_data(document, key)
+        lang = _LANGUAGE[0]
+        if lang != "en":
+            data = dict(result.data)
+            if isinstance(data.get("text/markdown"), str):
+                data["text/markdown"] = i18n.translate(data["text/markdown"], lang)
+            if isinstance(data.get("text/html"), str):
+                data["text/html"] = i18n.translate_html(data["text/html"], lang)
+            result.data = data
+        return result
+
+    translated_glue_data._flashlib = True  # type: ignore[attr-defined]
+    sphinx_.Parser.parse = remembering_parse
+    for module in (utils, roles, directives):
+        if hasattr(module, "retrieve_glue_data"):
+            module.retrieve_glue_data = translated_glue_data
+
+
+#: The edition's language, set when the config is read (the glue look-up has no app).
+_LANGUAGE = ["en"]
+
+
+def configure(app: Sphinx, config: Config) -> None:
+    """Remember the language; give the pages the table of the code's words (flashlib-words.js)."""
+    lang = config.language or "en"
+    _LANGUAGE[0] = lang if lang in i18n.LANGUAGES else "en"
+    if _LANGUAGE[0] == "en":
+        return
+    folder = Path(app.outdir).parent / "i18n_static"
+    folder.mkdir(parents=True, exist_ok=True)
+    script = i18n.words_script(_LANGUAGE[0])
+    (folder / "flashlib-words.js").write_text(script, encoding="utf-8")
+    config.html_static_path = [*config.html_static_path, str(folder)]
+    app.add_js_file("flashlib-words.js")
+
+
+def translate_outputs(app: Sphinx, doctree: nodes.document) -> None:
+    """Translate the HTML the chapter's code cells showed (see the module docstring)."""
+    lang = _LANGUAGE[0]
+    if lang == "en":
+        return
+    for node in doctree.findall(nodes.raw):
+        if node.get("format") == "html":
+            text = node.astext()
+            new = i18n.translate_html(text, lang)
+            if new != text:
+                node.children = [nodes.Text(new)]
+                node.rawsource = new
+
+
+#: What the Japanese build found without a translation (tests/i18n refuses any).
+MISSING_FILE = "missing-code-strings.txt"
+
+
+def list_missing(app: Sphinx, exception: Exception | None) -> None:
+    """Write the code's strings the pages show that the table lacks, one per line."""
+    if _LANGUAGE[0] == "en" or exception is not None:
+        return
+    path = Path(app.outdir).parent.parent / MISSING_FILE
+    path.write_text("".join(f"{key}\n" for key in i18n.missing()), encoding="utf-8")
+
+
+def setup(app: Sphinx) -> dict:
+    _patch()
+    app.connect("build-finished", list_missing)
+    app.connect("config-inited", configure)
+    app.connect("doctree-read", translate_outputs)
+    return {"parallel_read_safe": False, "parallel_write_safe": True}
