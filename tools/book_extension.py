@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import re
 from pathlib import Path
@@ -245,6 +246,33 @@ def mark_wide_code(app: Sphinx, doctree: nodes.document, docname: str) -> None:
                            line.strip()[:60], location=block)
 
 
+_LANG_IMG = re.compile(r'<img [^>]*class="[^"]*\bflashlib-lang-(?P<lang>[a-z]+)\b[^>]*>')
+_FIGURE_DATA = re.compile(
+    r'(<script type="application/json" class="flashlib-ifig-data">)(?P<data>.*?)(</script>)',
+    re.DOTALL)
+
+
+def keep_own_language(app: Sphinx, pagename: str, templatename: str, context: dict,
+                      doctree) -> None:
+    """The book's execution draws each PNG figure in both editions' languages
+    (flashlib.book.plots.japanese_png); a page keeps its own edition's images and frames."""
+    body = context.get("body")
+    if not body or "flashlib-lang-" not in body and "framesJa" not in body:
+        return
+    lang = app.config.language if app.config.language in EDITIONS else "en"
+    body = _LANG_IMG.sub(lambda m: m.group(0) if m["lang"] == lang else "", body)
+
+    def own_frames(match: re.Match[str]) -> str:
+        data = json.loads(match["data"])
+        frames, index = data.pop("framesJa", None), data.pop("indexJa", None)
+        if lang == "ja" and frames is not None:
+            data["frames"], data["index"] = frames, index
+        text = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
+        return match.group(1) + text + match.group(3)
+
+    context["body"] = _FIGURE_DATA.sub(own_frames, body)
+
+
 def images_to_files(app: Sphinx, pagename: str, templatename: str, context: dict,
                     doctree) -> None:
     """Write every ``data:image/png;base64,...`` of the page's body to
@@ -308,6 +336,7 @@ def setup(app: Sphinx) -> dict:
     app.connect("env-get-updated", number_exercises, priority=900)
     app.connect("html-page-context", dedupe_scripts, priority=900)
     app.connect("html-page-context", accessible_body, priority=900)
+    app.connect("html-page-context", keep_own_language, priority=890)
     app.connect("html-page-context", images_to_files, priority=900)
     app.connect("html-page-context", edition_switcher, priority=900)
     app.connect("doctree-resolved", mark_wide_code)

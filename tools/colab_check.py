@@ -14,7 +14,9 @@ the check fails if that install changes any preinstalled package). Then:
 
 - ``tests/book/test_widgets.py`` runs in that venv (the widget's display bundle under
   ipywidgets 7), copied into the temporary folder so that it imports the installed flashlib;
-- every notebook runs with nbclient from a temporary working folder, in a kernel of that venv;
+- every notebook runs with nbclient from a temporary working folder, in a kernel of that venv
+  (the Japanese ones, notebooks/ja/, too, in the ``colab`` environment, where a checker's
+  verdict in English is a problem);
   any cell error fails the check, and so does any of these after the run: a traceback or an
   error in a stream; a widget cell whose output is not a live widget view; a markdown cell
   that cites a glued number (``{glue}`` in book/) that no code cell before it printed as
@@ -184,9 +186,10 @@ def output_text(output) -> str:
     return data.get("text/plain", "") + data.get("text/markdown", "")
 
 
-def check_outputs(name: str, source: Path, nb, torch: bool) -> list[str]:
+def check_outputs(name: str, source: Path, nb, torch: bool, lang: str = "en") -> list[str]:
     """What must hold in an executed notebook (see the module docstring)."""
     problems = []
+    english_verdict = re.compile(r"^(PASSED|NOT YET) ", re.MULTILINE)
     cited = glue_citations(source)
     printed: set[str] = set()
     for index, cell in enumerate(nb.cells):
@@ -207,6 +210,9 @@ def check_outputs(name: str, source: Path, nb, torch: bool) -> list[str]:
                 problems.append(f"{where}: {output.ename}: {output.evalue[:300]}")
             elif "Traceback" in text or re.search(r"^\w+(Error|Warning):", text, re.MULTILINE):
                 problems.append(f"{where}: an error in its output: {text.strip()[:300]}")
+            elif lang == "ja" and english_verdict.search(text):
+                problems.append(f"{where}: a checker's verdict in English in the Japanese "
+                                f"notebook: {text.strip()[:200]}")
         if "interactive_figure(" in cell.source and not cell.source.lstrip().startswith("def"):
             views = [o for o in cell.outputs if WIDGET_VIEW in o.get("data", {})]
             if not views or not all(o.data[WIDGET_VIEW].get("model_id") for o in views):
@@ -224,15 +230,16 @@ def check_outputs(name: str, source: Path, nb, torch: bool) -> list[str]:
     return problems
 
 
-def run_notebooks(name: str, python: Path, tmp: Path, torch: bool) -> list[str]:
+def run_notebooks(name: str, python: Path, tmp: Path, torch: bool,
+                  lang: str = "en") -> list[str]:
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
     problems = []
     for source in chapters():
-        path = notebooks.target(source)
-        work = tmp / f"work-{name}"  # outside the repository, as on Colab (/content)
+        path = notebooks.target(source, lang=lang)
+        work = tmp / f"work-{name}-{lang}"  # outside the repository, as on Colab (/content)
         work.mkdir(exist_ok=True)
         nb = nbformat.read(path, as_version=4)
         km = kernel_manager(python, tmp)
@@ -243,14 +250,16 @@ def run_notebooks(name: str, python: Path, tmp: Path, torch: bool) -> list[str]:
             client.execute()
         except CellExecutionError as error:
             problems.append(f"{name}: {path.name}: {str(error).strip()[-1500:]}")
-            log(f"[{name}] {path.name}: FAILED after {time.perf_counter() - t0:.0f} s")
+            log(f"[{name}] {path.relative_to(notebooks.NOTEBOOKS)}: FAILED after "
+                f"{time.perf_counter() - t0:.0f} s")
             continue
         finally:
             if km.has_kernel:  # nbclient leaves the kernel of a manager it was given
                 km.shutdown_kernel(now=True)
-        found = check_outputs(name, source, nb, torch)
+        found = check_outputs(name, source, nb, torch, lang)
         problems += found
-        log(f"[{name}] {path.name}: ran in {time.perf_counter() - t0:.0f} s"
+        log(f"[{name}] {path.relative_to(notebooks.NOTEBOOKS)}: ran in "
+            f"{time.perf_counter() - t0:.0f} s"
             + (f", {len(found)} problems" if found else ""))
         nbformat.write(nb, work / path.name)  # executed copy, to look at with --keep
     return problems
@@ -273,10 +282,14 @@ def main(argv: list[str] | None = None) -> int:
             python = args.python.absolute()
             torch = subprocess.run([str(python), "-c", "import torch"]).returncode == 0
             problems += run_notebooks("given", python, tmp, torch=torch)
+            problems += run_notebooks("given", python, tmp, torch=torch, lang="ja")
         for name in [] if args.python else args.env or list(ENVS):
             python = make_env(name, ENVS[name], tmp)
             problems += widget_tests(name, python, tmp)
-            problems += run_notebooks(name, python, tmp, torch="torch==2.13.0" in ENVS[name])
+            with_torch = "torch==2.13.0" in ENVS[name]
+            problems += run_notebooks(name, python, tmp, torch=with_torch)
+            if with_torch:  # the Japanese notebooks (notebooks/ja/), in Colab's environment
+                problems += run_notebooks(name, python, tmp, torch=True, lang="ja")
     finally:
         if args.keep:
             log(f"kept {tmp}")

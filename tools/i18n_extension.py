@@ -20,6 +20,7 @@ page being read is remembered, and the glue look-up falls back to it.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,11 @@ def _patch() -> None:
                 data["text/markdown"] = i18n.translate(data["text/markdown"], lang)
             if isinstance(data.get("text/html"), str):
                 data["text/html"] = i18n.translate_html(data["text/html"], lang)
+            plain = data.get("text/plain")
+            if (isinstance(plain, str) and len(plain) > 1 and plain[0] == plain[-1]
+                    and plain[0] in "'\"" and re.search(r"[A-Za-z]", plain)):
+                # a glued str ({glue:text} of words, not a number): its repr, quotes kept
+                data["text/plain"] = plain[0] + i18n.translate(plain[1:-1], lang) + plain[0]
             result.data = data
         return result
 
@@ -109,6 +115,9 @@ def configure(app: Sphinx, config: Config) -> None:
     _LANGUAGE[0] = lang if lang in i18n.LANGUAGES else "en"
     if _LANGUAGE[0] == "en":
         return
+    # the theme's search field (sphinx-book-theme's own text, which its catalog lacks)
+    config.html_theme_options = {**(config.html_theme_options or {}),
+                                 "search_bar_text": "この本を検索..."}
     folder = Path(app.outdir).parent / "i18n_static"
     folder.mkdir(parents=True, exist_ok=True)
     script = i18n.words_script(_LANGUAGE[0])

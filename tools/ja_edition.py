@@ -25,6 +25,7 @@ Route (``shared/guide/japanese-edition.md`` measured it on a prototype):
 
 from __future__ import annotations
 
+import argparse
 import copy
 import functools
 import os
@@ -68,6 +69,9 @@ def edition_config(kind: str) -> dict:
         execute["execute_notebooks"] = "off"
     else:
         options["language"] = LANG
+        # myst-nb's summaries of the collapsed cells ("Show code cell source")
+        options["nb_code_prompt_show"] = "コードセルの{type}を表示"
+        options["nb_code_prompt_hide"] = "コードセルの{type}を隠す"
         config["title"] = TITLE_JA
         execute["cache"] = str(SHARED_CACHE)
     return config
@@ -86,17 +90,22 @@ def _bin(name: str) -> str:
     return str(Path(sys.executable).parent / name)
 
 
+def extract(out: Path = GETTEXT_OUT) -> Path:
+    """The English messages, one .pot per page, into ``out``/_build/gettext (returned)."""
+    config = write_config("gettext")
+    shutil.rmtree(out, ignore_errors=True)
+    subprocess.run([_bin("jupyter-book"), "build", str(ROOT), "--builder", "custom",
+                    "--custom-builder", "gettext", "--path-output", str(out),
+                    "--config", str(config)], check=True, stdout=subprocess.DEVNULL)
+    return out / "_build" / "gettext"
+
+
 def catalogs() -> None:
     """Extract the English messages and update the Japanese catalogs (new entries empty,
     changed ones fuzzy, removed ones dropped)."""
-    config = write_config("gettext")
-    shutil.rmtree(GETTEXT_OUT, ignore_errors=True)
-    subprocess.run([_bin("jupyter-book"), "build", str(ROOT), "--builder", "custom",
-                    "--custom-builder", "gettext", "--path-output", str(GETTEXT_OUT),
-                    "--config", str(config)], check=True)
-    subprocess.run([sys.executable, "-m", "sphinx_intl", "update",
-                    "-p", str(GETTEXT_OUT / "_build" / "gettext"), "-l", LANG,
-                    "-d", str(LOCALES), "-w", "0", "--no-obsolete"], check=True)
+    templates = extract()
+    subprocess.run([sys.executable, "-m", "sphinx_intl", "update", "-p", str(templates),
+                    "-l", LANG, "-d", str(LOCALES), "-w", "0", "--no-obsolete"], check=True)
 
 
 def build(strict: bool = True) -> None:
@@ -106,6 +115,9 @@ def build(strict: bool = True) -> None:
                "--path-output", str(JA_OUT), "--config", str(config)]
     if strict:
         command.insert(3, "-W")
+    # afresh each time (it reads the cache, ~1 minute): Sphinx does not see a change of
+    # flashlib/book/locale/, whose translations the pages' outputs go through
+    shutil.rmtree(JA_OUT / "_build", ignore_errors=True)
     env = dict(os.environ, FLASHLIB_EDITION=LANG)
     subprocess.run(command, check=True, env=env)
     shutil.rmtree(JA_HTML, ignore_errors=True)
@@ -113,16 +125,20 @@ def build(strict: bool = True) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["catalogs"]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["catalogs", "build", "config"],
+                        help="catalogs: update locales/ja from the English; build: the ja site "
+                             "into _build/html/ja; config: write _build/_config.<kind>.yml")
+    parser.add_argument("kind", nargs="?", default=LANG, help="config's kind: gettext or ja")
+    parser.add_argument("--no-strict", action="store_true",
+                        help="build without -W (to look at a page while translating)")
+    args = parser.parse_args(argv)
+    if args.command == "catalogs":
         catalogs()
-    elif argv[:1] == ["build"]:
-        build(strict="--no-strict" not in argv)
-    elif argv[:1] == ["config"] and len(argv) == 2:
-        print(write_config(argv[1]))
+    elif args.command == "build":
+        build(strict=not args.no_strict)
     else:
-        print(__doc__.split("\n\n")[1], file=sys.stderr)
-        return 2
+        print(write_config(args.kind))
     return 0
 
 

@@ -15,6 +15,7 @@ own Japanese fonts, so a reader who has them never downloads it, and only Japane
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -29,6 +30,11 @@ FONTS = ROOT / "book" / "_static" / "fonts"
 CODE_STRINGS = ROOT / "flashlib" / "book" / "locale" / "ja"
 #: Always included: ASCII, the kana, CJK punctuation and full-width forms.
 BLOCKS = [(0x20, 0x7E), (0x3000, 0x30FF), (0xFF01, 0xFF5E)]
+
+
+#: The same subset (regular weight) for matplotlib, which cannot read woff2: the Japanese
+#: labels of the book's PNG figures (flashlib.book.plots.japanese_png), on the site and Colab.
+MATPLOTLIB_FONT = ROOT / "flashlib" / "book" / "fonts" / "NotoSansJP-subset-Regular.otf"
 
 
 def font_path(weight: str) -> Path:
@@ -80,8 +86,23 @@ def write() -> None:
         subset.save_font(font, str(font_path(weight)), options)
         print(f"{font_path(weight).relative_to(ROOT)}: {len(text)} characters, "
               f"{font_path(weight).stat().st_size / 1024:.0f} KiB")
+        if weight == "Regular":
+            options.flavor = None
+            MATPLOTLIB_FONT.parent.mkdir(parents=True, exist_ok=True)
+            font = subset.load_font(str(source), options)
+            subsetter = subset.Subsetter(options)
+            subsetter.populate(text=text)
+            subsetter.subset(font)
+            subset.save_font(font, str(MATPLOTLIB_FONT), options)
+            print(f"{MATPLOTLIB_FONT.relative_to(ROOT)}: "
+                  f"{MATPLOTLIB_FONT.stat().st_size / 1024:.0f} KiB")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
+    write()
+    return 0
 
 
 if __name__ == "__main__":
-    write()
-    sys.exit(0)
+    sys.exit(main())

@@ -11,6 +11,7 @@ tagged ``v<version>`` like the book's repository):
 
     README.md                 what it is, and where the book is
     NAME.ipynb                notebooks/student/NAME.ipynb, the student edition (no solution)
+    ja/NAME.ipynb             notebooks/ja/student/NAME.ipynb, the same in Japanese
     wheels/flashlib-<version>-py3-none-any.whl
                               the library the set-up cell installs (the package only: no
                               chapter, notebook or declared mistake)
@@ -30,7 +31,7 @@ import zipfile
 from pathlib import Path
 
 from tools.colab import colab_link, release_ref, student_wheel_url, wheel_name
-from tools.notebooks import STUDENT_NOTEBOOKS
+from tools.notebooks import STUDENT_NOTEBOOKS, folder
 from tools.paths import ROOT
 from tools.project import repository, student_repository, version
 
@@ -62,6 +63,11 @@ def build(out: Path = OUT) -> Path:
         raise SystemExit("no notebooks/student/*.ipynb: run `make notebooks`")
     for name in names:
         shutil.copyfile(STUDENT_NOTEBOOKS / f"{name}.ipynb", out / f"{name}.ipynb")
+    japanese = folder(student=True, lang="ja")
+    if japanese.is_dir():
+        (out / "ja").mkdir()
+        for path in sorted(japanese.glob("*.ipynb")):
+            shutil.copyfile(path, out / "ja" / path.name)
     with open(out / "README.md", "w", encoding="utf-8") as f:
         f.write(README.format(name=student_repository().rsplit("/", 1)[-1], ref=release_ref(),
                               first=colab_link("intro" if "intro" in names else names[0],
@@ -97,7 +103,7 @@ def problems(out: Path = OUT) -> list[str]:
         if path.is_dir():
             continue
         if not (rel == "README.md" or rel == f"wheels/{wheel_name()}"
-                or ("/" not in rel and rel.endswith(".ipynb"))):
+                or (rel.removeprefix("ja/").count("/") == 0 and rel.endswith(".ipynb"))):
             found.append(f"{rel}: not a file of the student notebooks' repository")
             continue
         if rel.endswith(".ipynb"):

@@ -28,7 +28,6 @@ A number is a run of digits with its decimal point, thousands commas and exponen
 
 from __future__ import annotations
 
-import atexit
 import html
 import json
 import os
@@ -44,6 +43,7 @@ LANGUAGES = ("en", "ja")
 ENV = "FLASHLIB_LANG"
 NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?:[eE][-+]?\d+)?")
 _PLACEHOLDER = re.compile(r"\{(\d+)\}")
+_JAPANESE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
 _language: str | None = None
 #: Strings asked for and not found (to list what is left to translate): see :func:`missing`.
 _MISSING: set[str] = set()
@@ -106,6 +106,27 @@ def _lookup(text: str, words: dict[str, str]) -> str | None:
 
 #: Between the parts of a message translated part by part ("label: problem: hint").
 SEPARATOR = {"ja": "：", "en": ": "}
+_OPENING, _CLOSING = "([{", ")]}"
+
+
+def parts(text: str) -> list[str]:
+    """``text`` cut at each ": " outside brackets and backticks (a slice ``x[: n]`` or a
+    parenthesis that runs on is not cut): "label: finding: hint" -> its three parts."""
+    out, depth, code, start = [], 0, False, 0
+    for i, ch in enumerate(text):
+        if ch == "`":
+            code = not code
+        elif code:
+            continue
+        elif ch in _OPENING:
+            depth += 1
+        elif ch in _CLOSING:
+            depth = max(0, depth - 1)
+        elif ch == ":" and depth == 0 and text[i + 1: i + 2] == " ":
+            out.append(text[start:i])
+            start = i + 2
+    out.append(text[start:])
+    return out
 
 
 def translate(text: str, lang: str | None = None) -> str:
@@ -114,31 +135,43 @@ def translate(text: str, lang: str | None = None) -> str:
 
     A message the table lacks as a whole ("N = 64 in 2 splits: you averaged the splits'
     outputs: ...", a checker's case label, its finding and a hint) is translated part by part,
-    the parts being what lies between ": " (each part found as a whole or by its template)."""
+    the parts being what lies between ": " outside brackets (:func:`parts`; each part found
+    as a whole or by its template)."""
     lang = lang or language()
     if lang == "en" or not isinstance(text, str) or not text.strip():
         return text
     stripped = text.strip()
-    if not re.search(r"[A-Za-z]", stripped):
-        return text
+    if not re.search(r"[A-Za-z]", stripped) or _JAPANESE.search(stripped):
+        return text  # nothing to translate, or translated already (the alt of a ja figure)
     words = table(lang)
     found = _lookup(stripped, words)
-    if found is None and ": " in stripped:
-        parts = stripped.split(": ")
+    pieces = parts(stripped) if found is None else []
+    if len(pieces) > 1:
         done = [_lookup(part, words) if re.search(r"[A-Za-z]", part) else part
-                for part in parts]
+                for part in pieces]
         if any(d is not None for d in done):
-            for part, d in zip(parts, done, strict=True):
+            for part, d in zip(pieces, done, strict=True):
                 if d is None:
-                    _MISSING.add(template(part)[0])
+                    _miss(template(part)[0])
             found = SEPARATOR.get(lang, ": ").join(
-                d if d is not None else part for part, d in zip(parts, done, strict=True))
+                d if d is not None else part for part, d in zip(pieces, done, strict=True))
     if found is None:
-        _MISSING.add(template(stripped)[0])
+        _miss(template(stripped)[0])
         return text
     start = text[: len(text) - len(text.lstrip())]
     end = text[len(text.rstrip()):]
     return f"{start}{found}{end}"
+
+
+def _miss(key: str) -> None:
+    """Note a template without a translation (and append it to FLASHLIB_I18N_RECORD's file)."""
+    if key in _MISSING:
+        return
+    _MISSING.add(key)
+    path = os.environ.get(RECORD_ENV)
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(key, ensure_ascii=False) + "\n")
 
 
 def missing() -> list[str]:
@@ -146,9 +179,9 @@ def missing() -> list[str]:
     return sorted(_MISSING)
 
 
-#: ``FLASHLIB_I18N_RECORD=file``: every string :func:`record` sees without a Japanese
-#: translation is appended to ``file`` when the process ends (to list what to translate:
-#: python -m tools.code_strings).
+#: ``FLASHLIB_I18N_RECORD=file``: every template asked for without a Japanese translation
+#: (:func:`translate`, :func:`record`) is appended to ``file`` as a JSON line: what is left to
+#: translate (e.g. ``FLASHLIB_I18N_RECORD=/tmp/left.jsonl make book``, or the checkers' test).
 RECORD_ENV = "FLASHLIB_I18N_RECORD"
 
 
@@ -157,26 +190,12 @@ def record(text: str) -> None:
     ``FLASHLIB_I18N_RECORD`` set, its template is listed if Japanese lacks it."""
     if not os.environ.get(RECORD_ENV) or not isinstance(text, str):
         return
-    if not _RECORDING:
-        _RECORDING.append(True)
-        atexit.register(_write_record)
     words = table("ja")
     if _lookup(text.strip(), words) is not None:
         return
-    for part in text.strip().split(": "):
+    for part in parts(text.strip()):
         if re.search(r"[A-Za-z]", part) and _lookup(part, words) is None:
-            _MISSING.add(template(part)[0])
-
-
-_RECORDING: list[bool] = []
-
-
-def _write_record() -> None:
-    path = os.environ.get(RECORD_ENV)
-    if path and _MISSING:
-        with open(path, "a", encoding="utf-8") as f:
-            for key in sorted(_MISSING):
-                f.write(json.dumps(key, ensure_ascii=False) + "\n")
+            _miss(template(part)[0])
 
 
 #: Attributes whose value a reader sees or hears.
@@ -263,7 +282,9 @@ def translate_figure(fig: object, lang: str | None = None) -> object:
     lang = lang or language()
     if lang == "en":
         return fig
-    for artist in fig.findobj(lambda a: hasattr(a, "get_text") and hasattr(a, "set_text")):
+    from matplotlib.text import Text
+
+    for artist in fig.findobj(Text):
         text = artist.get_text()
         if isinstance(text, str) and text:
             new = translate(text, lang)
@@ -272,10 +293,15 @@ def translate_figure(fig: object, lang: str | None = None) -> object:
     return fig
 
 
-def words_script(lang: str) -> str:
+def words_script(lang: str, only: str | None = None) -> str:
     """JavaScript that gives a page the table into ``lang`` and ``window.flashlibTranslate``
-    (flashlib/book/js/i18n.js), for the figures the page draws itself."""
-    words = json.dumps(table(lang), ensure_ascii=False, separators=(",", ":"))
+    (flashlib/book/js/i18n.js), for the figures the page draws itself; ``only``: one of the
+    table's files (``"site"``: what figures show, without the checkers' messages)."""
+    words = table(lang)
+    if only is not None:
+        path = resources.files("flashlib.book").joinpath("locale", lang, f"{only}.json")
+        words = {k: v for k, v in json.loads(path.read_text("utf-8")).items() if v}
+    words = json.dumps(words, ensure_ascii=False, separators=(",", ":"))
     source = resources.files("flashlib.book").joinpath("js", "i18n.js").read_text("utf-8")
     words = words.replace("<", "\\u003c")  # a "</script>" in a string closes no script
     return f"window.flashlibWords = {words};\n{source}"

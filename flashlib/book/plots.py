@@ -206,6 +206,52 @@ def text_collisions(fig: Any, tolerance: float = 1.0) -> list[str]:
     return found
 
 
+#: The family name of flashlib/book/fonts/NotoSansJP-subset-Regular.otf (tools/ja_font.py):
+#: matplotlib falls back to it for the Japanese characters of a translated figure.
+JA_FONT = "Noto Sans CJK JP"
+
+
+def _japanese_font() -> None:
+    """Register the Japanese font subset with matplotlib (once)."""
+    from importlib import resources
+
+    from matplotlib import font_manager
+
+    if any(f.name == JA_FONT for f in font_manager.fontManager.ttflist):
+        return
+    path = resources.files("flashlib.book").joinpath("fonts", "NotoSansJP-subset-Regular.otf")
+    font_manager.fontManager.addfont(str(path))
+
+
+def japanese_png(fig: Any) -> bytes | None:
+    """The figure drawn again with its texts in Japanese (:func:`flashlib.book.i18n.
+    translate_figure`, then put back as they were), or None when no text has a translation."""
+    from matplotlib.text import Text
+
+    from flashlib.book import i18n
+
+    texts = [(t, t.get_text()) for t in fig.findobj(Text)]
+    changed = [(t, old) for t, old in texts
+               if isinstance(old, str) and old and i18n.translate(old, "ja") != old]
+    if not changed:
+        return None
+    _japanese_font()
+    fonts = []
+    try:
+        for t, old in changed:
+            fonts.append((t, t.get_fontfamily()))
+            t.set_text(i18n.translate(old, "ja"))
+            t.set_fontfamily([*t.get_fontfamily(), JA_FONT])
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=RENDER_DPI, metadata={"Software": None})
+        return buf.getvalue()
+    finally:
+        for t, old in changed:
+            t.set_text(old)
+        for t, family in fonts:
+            t.set_fontfamily(family)
+
+
 def close(fig: Any) -> None:
     """Release a figure; closes it in pyplot too if it was made there."""
     import sys
@@ -241,17 +287,27 @@ class StaticFigure:
 
     ``png`` is drawn at :data:`SCALE` x its designed size and shown at that size;
     ``text_px``: the smallest text height in CSS pixels (:func:`text_px`), as
-    ``data-text-px``."""
+    ``data-text-px``. ``png_ja``: the same figure with Japanese texts (the book build draws
+    both; each edition of the site keeps its own, tools/book_extension.py)."""
 
-    def __init__(self, png: bytes, alt: str, text_px: float | None = None):
+    def __init__(self, png: bytes, alt: str, text_px: float | None = None,
+                 png_ja: bytes | None = None):
         self.png = png
         self.alt = alt
         self.text_px = text_px
+        self.png_ja = png_ja
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> tuple[dict[str, str], dict]:
+        from flashlib.book import i18n
+
         data = base64.b64encode(self.png).decode("ascii")
         width, height = designed_size(self.png)
-        img = img_tag(self.png, self.alt, self.text_px, "flashlib-figure")
+        if self.png_ja is None:
+            img = img_tag(self.png, i18n.translate(self.alt), self.text_px, "flashlib-figure")
+        else:
+            img = (img_tag(self.png, self.alt, self.text_px, "flashlib-figure flashlib-lang-en")
+                   + img_tag(self.png_ja, i18n.translate(self.alt, "ja"), self.text_px,
+                             "flashlib-figure flashlib-lang-ja"))
         bundle = {"text/html": img, "image/png": data, "text/plain": f"<figure: {self.alt}>"}
         return bundle, {"image/png": {"width": width, "height": height}}
 
@@ -270,7 +326,19 @@ def check_figure(fig: Any, name: str = "fig") -> None:
 
 def show(fig: Any, *, alt: str) -> StaticFigure:
     """Render ``fig`` with alt text (a required, non-empty description); closes the figure."""
+    from flashlib.book import i18n
+    from flashlib.book.site import static_site
+
     check_alt(alt)
     check_figure(fig)
+    if i18n.language() != "en":  # a Japanese notebook: the figure in Japanese
+        _japanese_font()
+        i18n.translate_figure(fig)
+        from matplotlib.text import Text
+
+        for t in fig.findobj(Text):
+            t.set_fontfamily([*t.get_fontfamily(), JA_FONT])
     png = figure_png(fig)  # draws the figure: its texts have their final sizes
-    return StaticFigure(light_png(png), alt, text_px(fig))
+    ja = japanese_png(fig) if static_site() else None  # the book: both editions' figures
+    return StaticFigure(light_png(png), alt, text_px(fig),
+                        light_png(ja) if ja is not None else None)

@@ -127,9 +127,14 @@ class Diagram:
                 f'{"".join(self.parts)}</svg>')
 
     def _repr_html_(self) -> str:
-        return (f'<figure class="flashlib-diagram">{self.svg()}'
-                f'<figcaption class="flashlib-caption">{html.escape(self.caption)}'
-                "</figcaption></figure>")
+        """The diagram as a figure; in a Japanese notebook its text translated
+        (flashlib.book.i18n; the Japanese site translates the English when it is built)."""
+        from flashlib.book import i18n
+
+        return i18n.translate_html(
+            f'<figure class="flashlib-diagram">{self.svg()}'
+            f'<figcaption class="flashlib-caption">{html.escape(self.caption)}'
+            "</figcaption></figure>")
 
     def __repr__(self) -> str:
         return f"<diagram: {self.alt}>"

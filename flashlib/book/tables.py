@@ -26,8 +26,11 @@ def html_table_markup(header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> s
     markup = tabulate(cells, headers=header, tablefmt="html", disable_numparse=True)
     # The wrapper scrolls a table too wide for a phone inside its own box, not the page; as a
     # scrolling region it must be reachable from the keyboard (tabindex).
-    return ('<div class="flashlib-table" tabindex="0">'
-            + markup.replace("<table>", '<table class="table">', 1) + "</div>")
+    from flashlib.book import i18n  # a Japanese notebook's headers and words in Japanese
+
+    return i18n.translate_html('<div class="flashlib-table" tabindex="0">'
+                               + markup.replace("<table>", '<table class="table">', 1)
+                               + "</div>")
 
 
 def html_table(header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> Any:

@@ -64,6 +64,7 @@ from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
+from flashlib.book import i18n
 from flashlib.book.plots import (
     check_alt,
     check_figure,
@@ -71,6 +72,7 @@ from flashlib.book.plots import (
     figure_png,
     freeze_layout,
     img_tag,
+    japanese_png,
     layout_frozen,
     light_png,
     text_collisions,
@@ -287,13 +289,21 @@ class InteractiveFigure(_Figure):
         return png
 
     def frames(self) -> tuple[list[bytes], list[int]]:
-        """Unique palette-PNG frames and, for each grid point, the index of its frame."""
+        """Unique palette-PNG frames and, for each grid point, the index of its frame. When
+        the book is built, the Japanese frames too (:attr:`frames_ja`, drawn by
+        :func:`flashlib.book.plots.japanese_png`; each edition keeps its own)."""
         seen: dict[bytes, int] = {}  # frame -> its index; dicts keep insertion order
         index = []
+        seen_ja: dict[bytes, int] = {}
+        index_ja = []
         problems: dict[str, list[str]] = {}  # text cut or overlapping -> the frames showing it
         for values in self.grid:
             png = light_png(self.render(values))
             index.append(seen.setdefault(png, len(seen)))
+            if static_mode():
+                ja = japanese_png(self._last_figure)
+                ja = png if ja is None else light_png(ja)
+                index_ja.append(seen_ja.setdefault(ja, len(seen_ja)))
             for problem in text_collisions(self._last_figure):
                 problems.setdefault(problem, []).append(_value_text(values, self.labels))
         if problems:
@@ -301,6 +311,7 @@ class InteractiveFigure(_Figure):
                              "room for every frame's text):\n" + "\n".join(
                                  f"{p} (at {frames[0]}; {len(frames)} frames)"
                                  for p, frames in problems.items()))
+        self.frames_ja = (list(seen_ja), index_ja) if seen_ja else None
         return list(seen), index
 
     def to_html(self) -> str:
@@ -311,13 +322,23 @@ class InteractiveFigure(_Figure):
         alts: dict[str, int] = {}
         alt_index = [alts.setdefault(self.alt_for(values), len(alts)) for values in self.grid]
         labels = [[str(v) for v in values] for values in self.sliders.values()]
-        urls = ["data:image/png;base64," + base64.b64encode(png).decode("ascii")
-                for png in frames]
-        payload = _json_script({"labels": labels, "frames": urls, "index": index,
-                                "alts": list(alts), "altIndex": alt_index})
-        uid = _uid(payload, self.caption)
+        def url(png: bytes) -> str:
+            return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+        data = {"labels": labels, "frames": [url(png) for png in frames], "index": index,
+                "alts": list(alts), "altIndex": alt_index}
         first = self.grid.index(self.defaults)
-        img = img_tag(frames[index[first]], self.alt_for(self.defaults), self._text_px)
+        alt = self.alt_for(self.defaults)
+        if self.frames_ja is None:
+            img = img_tag(frames[index[first]], alt, self._text_px)
+        else:  # both editions' frames: tools/book_extension.py keeps each page's own
+            frames_ja, index_ja = self.frames_ja
+            data |= {"framesJa": [url(png) for png in frames_ja], "indexJa": index_ja}
+            img = (img_tag(frames[index[first]], alt, self._text_px, "flashlib-lang-en")
+                   + img_tag(frames_ja[index_ja[first]], i18n.translate(alt, "ja"),
+                             self._text_px, "flashlib-lang-ja"))
+        payload = _json_script(data)
+        uid = _uid(payload, self.caption)
         note = ("The sliders of this figure need JavaScript; it shows "
                 f"{_value_text(self.defaults, self.labels)}.")
         return self._figure(uid, img + self._nojs(note), payload, _js("frames"))
@@ -337,7 +358,7 @@ class InteractiveFigure(_Figure):
             name: (widgets.Dropdown if categorical(values) else widgets.SelectionSlider)(
                 options=[(str(v), v) for v in values],
                 value=self.defaults[name],
-                description=self.labels[name],
+                description=i18n.translate(self.labels[name]),
                 style={"description_width": "initial"},
                 layout=widgets.Layout(width="auto", max_width="36em"),
                 **({} if categorical(values) else {"continuous_update": False}),
@@ -350,7 +371,12 @@ class InteractiveFigure(_Figure):
         def redraw(_change=None) -> None:
             values = {name: c.value for name, c in controls.items()}
             key = tuple(str(v) for v in values.values())
-            png = cache[key] = cache.get(key) or self.render(values)
+            png = cache.get(key)
+            if png is None:
+                png = self.render(values)
+                if i18n.language() != "en":  # a Japanese notebook
+                    png = japanese_png(self._last_figure) or png
+                cache[key] = png
             width, height = designed_size(png)  # drawn at 2x: shown at its designed size
             with out:
                 out.clear_output(wait=True)
@@ -359,8 +385,8 @@ class InteractiveFigure(_Figure):
         for control in controls.values():
             control.observe(redraw, names="value")
         redraw()
-        caption = widgets.HTML(f"<em>{html.escape(self.caption)}</em>")
-        held = [widgets.HTML(self._fixed_html())] if self.fixed else []
+        caption = widgets.HTML(f"<em>{html.escape(i18n.translate(self.caption))}</em>")
+        held = [widgets.HTML(i18n.translate_html(self._fixed_html()))] if self.fixed else []
         self._widget = widgets.VBox([*controls.values(), *held, out, caption])
         return self._widget
 
@@ -410,7 +436,13 @@ class SvgFigure(_Figure):
         return self._figure(uid, drawing + self._nojs(note), payload, script)
 
     def _repr_html_(self) -> str:
-        return self.to_html()
+        """The figure's HTML; in a Japanese notebook translated, with the table the page's
+        script translates its drawing with (js/i18n.js)."""
+        markup = self.to_html()
+        if i18n.language() == "en" or static_mode():
+            return markup
+        return (f"<script>{i18n.words_script(i18n.language(), 'site')}</script>"
+                + i18n.translate_html(markup))
 
 
 def _check_sliders(sliders: Any, labels: Any, defaults: Any, caption: Any, alt: Any,

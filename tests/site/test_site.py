@@ -352,13 +352,15 @@ def test_page_desktop(server, browser, page_path: str) -> None:
         assert not missing_alt, f"{page_path}: images without alt text or caption: {missing_alt}"
 
         colab = page.locator("p.colab-link a")
-        if (ROOT / "notebooks" / f"{Path(page_path).stem}.ipynb").is_file():
+        # the Japanese edition's pages (ja/...) open the Japanese notebooks (notebooks/ja/)
+        folder = "notebooks/ja" if page_path.startswith("ja/") else "notebooks"
+        if (ROOT / folder / f"{Path(page_path).stem}.ipynb").is_file():
             assert colab.count() == 1, f"{page_path}: no 'Open in Colab' link"
         if colab.count():
             href = colab.first.get_attribute("href")
             name = Path(page_path).stem
-            assert href == colab_url(repository()[0], release_ref(), name), href
-            assert (ROOT / "notebooks" / f"{name}.ipynb").is_file(), href
+            assert href == colab_url(repository()[0], release_ref(), name, folder), href
+            assert (ROOT / folder / f"{name}.ipynb").is_file(), href
 
         sideways = page.evaluate(SIDEWAYS, [FITTING, None])
         assert not sideways, f"{page_path} at {DESKTOP} px, scrolling sideways:\n" + (

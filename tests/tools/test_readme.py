@@ -10,7 +10,7 @@ from tests.tools.test_tools_start import COMMANDS, MODULES, SCRIPTS, WORKERS
 from tools.paths import ROOT
 
 README = ROOT / "tools" / "README.md"
-EXTENSIONS = {"book_extension", "student_edition"}
+EXTENSIONS = {"book_extension", "student_edition", "i18n_extension"}
 
 
 def tables() -> dict[str, dict[str, list[str]]]:

@@ -90,8 +90,14 @@ class Feedback:
         t = i18n.translate
         if static_site():
             return f"{self.exercise}:\n{ON_THE_SITE}"
-        head = (t(f"PASSED {self.exercise}: all {len(self.passes)} checks passed.")
-                if self.passed else t(f"NOT YET {self.exercise}:"))
+        if i18n.language() == "en":
+            head = (f"PASSED {self.exercise}: all {len(self.passes)} checks passed."
+                    if self.passed else f"NOT YET {self.exercise}:")
+        else:  # the verdict, the checker's title and the count, each translated
+            colon = i18n.SEPARATOR.get(i18n.language(), ": ")
+            head = (f"{t('PASSED')} {t(self.exercise)}{colon}"
+                    f"{t(f'all {len(self.passes)} checks passed.')}"
+                    if self.passed else f"{t('NOT YET')} {t(self.exercise)}{colon}")
         lines = [head]
         lines += [f"  x  {t(p)}" for p in self.problems]
         lines += [f"  ok {t(p)}" for p in self.passes]
