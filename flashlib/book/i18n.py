@@ -206,7 +206,7 @@ _RAW = ("script", "style", "code", "pre", "math")
 
 class _Translator(HTMLParser):
     def __init__(self, lang: str) -> None:
-        super().__init__(convert_charrefs=False)
+        super().__init__(convert_charrefs=True)  # "A100&#x27;s" is one text, A100's
         self.lang = lang
         self.out: list[str] = []
         self.raw: list[str] = []
@@ -240,16 +240,11 @@ class _Translator(HTMLParser):
         self.out.append(f"</{tag}>")
 
     def handle_data(self, data: str) -> None:
-        if self.raw:
-            self.out.append(data)
+        if self.raw:  # a script's or style's text comes as it was written
+            self.out.append(data if self.raw[-1] in ("script", "style")
+                            else html.escape(data, quote=False))
             return
-        self.out.append(html.escape(translate(html.unescape(data), self.lang), quote=False))
-
-    def handle_entityref(self, name: str) -> None:
-        self.out.append(f"&{name};")
-
-    def handle_charref(self, name: str) -> None:
-        self.out.append(f"&#{name};")
+        self.out.append(html.escape(translate(data, self.lang), quote=False))
 
     def handle_comment(self, data: str) -> None:
         self.out.append(f"<!--{data}-->")

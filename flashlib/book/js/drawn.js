@@ -11,16 +11,18 @@
   // the reader's language (js/i18n.js, on Japanese pages and notebooks), else the English
   var T = window.flashlibTranslate || function (s) { return s; };
   var h = {
-    // text for SVG/HTML content or attribute values, in the reader's language
-    esc: function (s) {
-      return T(String(s)).replace(/&/g, "&amp;").replace(/</g, "&lt;")
+    // text for SVG/HTML content, in the reader's language
+    esc: function (s) { return h.raw(T(String(s))); },
+    // a value escaped as it is (attribute values: fill="none" is not a word to translate)
+    raw: function (s) {
+      return String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;")
         .replace(/>/g, "&gt;").replace(/"/g, "&quot;");
     },
     // <tag a="1" ...>children</tag>; attrs: {name: value}, undefined/null values skipped
     el: function (tag, attrs, children) {
       var out = "<" + tag;
       Object.keys(attrs || {}).forEach(function (k) {
-        if (attrs[k] !== undefined && attrs[k] !== null) out += " " + k + '="' + h.esc(attrs[k]) + '"';
+        if (attrs[k] !== undefined && attrs[k] !== null) out += " " + k + '="' + h.raw(attrs[k]) + '"';
       });
       return out + ">" + (children === undefined ? "" : children) + "</" + tag + ">";
     },

@@ -67,7 +67,8 @@ function draw(data, values, h) {
   line(st.m === null ? "m, l: not yet" :
        "m = " + h.fmt(st.m, 3) + ", l = " + h.fmt(st.l, 3), {fill: "#D55E00"});
   y = Math.max(y, gy + run.n * scale) + 16;
-  parts.push(h.el("text", {x: 0, y: y, "font-weight": "bold"}, "HBM traffic so far (elements)"));
+  parts.push(h.el("text", {x: 0, y: y, "font-weight": "bold"},
+    h.esc("HBM traffic so far (elements)")));
   y += 16;
   var total = 0;
   run.arrays.forEach(function (name, a) {
@@ -77,7 +78,7 @@ function draw(data, values, h) {
     y += 15;
   });
   parts.push(h.el("text", {x: 0, y: y + 2, "font-weight": "bold"},
-    "total " + h.fmt(total)));
+    h.esc("total " + h.fmt(total))));
   y += 10;
   var svg = h.el("svg", {xmlns: "http://www.w3.org/2000/svg", viewBox: "0 0 " + W + " " + y,
     width: W, height: y, "font-size": 12, fill: "currentColor", "font-family": "sans-serif"},
