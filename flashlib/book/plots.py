@@ -339,6 +339,7 @@ def show(fig: Any, *, alt: str) -> StaticFigure:
         for t in fig.findobj(Text):
             t.set_fontfamily([*t.get_fontfamily(), JA_FONT])
     png = figure_png(fig)  # draws the figure: its texts have their final sizes
+    smallest = text_px(fig)
     ja = japanese_png(fig) if static_site() else None  # the book: both editions' figures
-    return StaticFigure(light_png(png), alt, text_px(fig),
+    return StaticFigure(light_png(png), alt, smallest,
                         light_png(ja) if ja is not None else None)

@@ -300,12 +300,14 @@ class InteractiveFigure(_Figure):
         for values in self.grid:
             png = light_png(self.render(values))
             index.append(seen.setdefault(png, len(seen)))
-            if static_mode():
+            for problem in text_collisions(self._last_figure):
+                problems.setdefault(problem, []).append(_value_text(values, self.labels))
+            if static_mode():  # the Japanese frame in the English frame's layout
+                if not layout_frozen(self._last_figure):
+                    freeze_layout(self._last_figure)
                 ja = japanese_png(self._last_figure)
                 ja = png if ja is None else light_png(ja)
                 index_ja.append(seen_ja.setdefault(ja, len(seen_ja)))
-            for problem in text_collisions(self._last_figure):
-                problems.setdefault(problem, []).append(_value_text(values, self.labels))
         if problems:
             raise ValueError("draw: texts of the figure are cut or overlap (give the layout "
                              "room for every frame's text):\n" + "\n".join(
