@@ -165,12 +165,13 @@ def test_switcher_works_offline_on_file_urls_both_ways() -> None:
         assert page.url == (JA_HTML / page_path).as_uri(), page.url
         assert page.evaluate("document.documentElement.lang") == "ja"
         page.evaluate("document.fonts.ready.then(() => true)")
-        fonts = page.evaluate("""() => [...document.fonts].filter(f => f.status === 'loaded')
-                                   .map(f => f.family)""")
+        family = page.evaluate("getComputedStyle(document.querySelector('main p')).fontFamily")
         missing = page.evaluate("Object.keys(window.flashlibMissing || {})")
         page.click('nav.flashlib-edition a[hreflang="en"]')
         page.wait_for_load_state("load")
         assert page.url == (BUILD_HTML / page_path).as_uri(), page.url
         context.close()
-    assert any("Noto Sans JP subset" in f for f in fonts) or not fonts, fonts
+    # the shipped subset is in the text's fonts, after the reader's own Japanese fonts (a
+    # machine with none, like CI's Chromium with fonts-dejavu only, draws the text with it)
+    assert "Noto Sans JP subset" in family, family
     assert not missing, f"figure strings without a translation: {missing[:20]}"
