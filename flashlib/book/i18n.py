@@ -43,6 +43,8 @@ LANGUAGES = ("en", "ja")
 ENV = "FLASHLIB_LANG"
 NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?:[eE][-+]?\d+)?")
 _PLACEHOLDER = re.compile(r"\{(\d+)\}")
+#: What a text needs to be worth translating: two Latin letters in a row (not "K_2 V_2", "m, l").
+_WORD = re.compile(r"[A-Za-z]{2}")
 _JAPANESE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
 _language: str | None = None
 #: Strings asked for and not found (to list what is left to translate): see :func:`missing`.
@@ -141,13 +143,13 @@ def translate(text: str, lang: str | None = None) -> str:
     if lang == "en" or not isinstance(text, str) or not text.strip():
         return text
     stripped = text.strip()
-    if not re.search(r"[A-Za-z]", stripped) or _JAPANESE.search(stripped):
+    if not _WORD.search(stripped) or _JAPANESE.search(stripped):
         return text  # nothing to translate, or translated already (the alt of a ja figure)
     words = table(lang)
     found = _lookup(stripped, words)
     pieces = parts(stripped) if found is None else []
     if len(pieces) > 1:
-        done = [_lookup(part, words) if re.search(r"[A-Za-z]", part) else part
+        done = [_lookup(part, words) if _WORD.search(part) else part
                 for part in pieces]
         if any(d is not None for d in done):
             for part, d in zip(pieces, done, strict=True):
@@ -194,7 +196,7 @@ def record(text: str) -> None:
     if _lookup(text.strip(), words) is not None:
         return
     for part in parts(text.strip()):
-        if re.search(r"[A-Za-z]", part) and _lookup(part, words) is None:
+        if _WORD.search(part) and _lookup(part, words) is None:
             _miss(template(part)[0])
 
 

@@ -9,7 +9,7 @@
   var missing = root.flashlibMissing = root.flashlibMissing || {};
   root.flashlibTranslate = function (text) {
     var words = root.flashlibWords;
-    if (!words || typeof text !== "string" || !/[A-Za-z]/.test(text)) return text;
+    if (!words || typeof text !== "string" || !/[A-Za-z]{2}/.test(text)) return text;
     var core = text.trim();
     if (words.hasOwnProperty(core)) return text.replace(core, words[core]);
     var numbers = [];
