@@ -77,7 +77,9 @@ Flags (``flags`` column, and the summary's last section) point the instructor at
 a look: patching checkers or numpy, reaching into frames or /proc, signals and daemons,
 reading sys.argv or other files (grading/lint.py), processes left running when the
 exercise ended, a grading process the student's code killed, an answer identical to a
-classmate's or to the book's published solution.
+classmate's or to the book's published solution, a notebook set up or run with another
+student id than the one it is graded as (its id cell's ``STUDENT_ID`` or the variants it
+printed: a classmate's notebook; grading/submissions.py's ``id_mismatch``).
 
 Why a package of its own beside flashlib, not in it: it reads the chapters (book/*.md,
 through tools/convert.py, the one reader of the exercises' numbers), which only the repository
@@ -112,6 +114,7 @@ from grading.reports import Row, write_reports
 from grading.submissions import (
     Skipped,
     find_submissions,
+    id_mismatch,
     match_chapter,
     notebook_title,
     read_notebook,
@@ -331,12 +334,14 @@ def grade(folder: Path, out: Path, *, timeout: float | None = None, jobs: int = 
                                           f"{notebook_title(nb)!r}, file {sub.path.name!r})"))
             continue
         graded.setdefault(chapter.name, set()).add(sub.student)
+        other_id = id_mismatch(nb, sub.student)  # a classmate's notebook? (flag, no verdict)
         cells = exercise_cells(nb, chapter.markdown)
         order = sorted(cells, key=number_key)
         for number in sorted(chapter.exercises, key=number_key):
             days = gradebook.days_late(sub.submitted, due)
             row = Row(sub.student, sub.notebook, chapter.name, number, "missing",
-                      late=sub.late or bool(days), late_days=days, partial=partial_credit)
+                      late=sub.late or bool(days), late_days=days, partial=partial_credit,
+                      flags=list(other_id))
             rows.append(row)
             if number not in cells:
                 row.first_problem = f"no 'Exercise {number}' heading in the notebook"
@@ -346,7 +351,7 @@ def grade(folder: Path, out: Path, *, timeout: float | None = None, jobs: int = 
                 continue
             sources = [nb.cells[i].source for i in cells[number]]
             forbid = _forbidden(chapter.exercises[number])
-            row.flags = lint.flags(sources, forbid)
+            row.flags += lint.flags(sources, forbid)
             if unchanged(sources, chapter.starters.get(number, [])):
                 row.status, row.first_problem = "not attempted", UNCHANGED
                 continue

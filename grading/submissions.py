@@ -200,3 +200,72 @@ STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 
 def _latin1_like(data: bytes) -> bool:
     return any(0xA0 <= b <= 0xFF for b in data)
+
+
+# ---------------------------------------------------------------------------------------------
+# The student id a notebook was run with
+# ---------------------------------------------------------------------------------------------
+
+#: What the student edition's id cell prints for the id it ran with
+#: (flashlib.book.exercises.variants.use_student).
+PRINTED_ID = re.compile(r"^Student (.+?): your variants of this chapter's exercises", re.M)
+
+
+def _id_patterns() -> list[tuple[re.Pattern[str], str]]:
+    from flashlib.book.exercises.grader_adapter import STUDENT_ENV
+
+    text = r"""(?P<q>['"])(?P<id>[^'"\n]*)(?P=q)"""
+    return [(re.compile(r"^\s*STUDENT_ID\s*=\s*" + text, re.M), "STUDENT_ID in its code"),
+            (re.compile(r"\buse_student\(\s*(?:student\s*=\s*)?" + text),
+             "use_student in its code"),
+            (re.compile(r"\benviron\[\s*['\"]" + re.escape(STUDENT_ENV) + r"['\"]\s*\]\s*=\s*"
+                        + text), f"{STUDENT_ENV} set in its code")]
+
+
+def _output_text(cell: nbformat.NotebookNode) -> str:
+    parts = []
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "stream":
+            parts.append(output.get("text", ""))
+        else:
+            parts.append(output.get("data", {}).get("text/plain", ""))
+    return "\n".join(p if isinstance(p, str) else "".join(p) for p in parts)
+
+
+def notebook_ids(nb: nbformat.NotebookNode) -> list[tuple[str, str]]:
+    """The student ids a notebook was set up or run with, as ``(id, where)``: each
+    ``STUDENT_ID = "..."`` (the student edition's id cell), ``use_student("...")`` and
+    ``os.environ["FLASHLIB_STUDENT_ID"] = "..."`` in its code cells, and each id its id cell
+    printed when it ran (the saved outputs: "Student ID: your variants ...").  Empty ids (the
+    cell as handed out) are left out."""
+    found: list[tuple[str, str]] = []
+    patterns = _id_patterns()
+    for cell in nb.cells:
+        if cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        for pattern, where in patterns:
+            found += [(m["id"].strip(), where) for m in pattern.finditer(source)]
+        found += [(m[1].strip(), "its printed variants")
+                  for m in PRINTED_ID.finditer(_output_text(cell))]
+    return [(who, where) for who, where in found if who]
+
+
+def id_mismatch(nb: nbformat.NotebookNode, student: str) -> list[str]:
+    """A flag for the instructor when the notebook was set up or run with another student's
+    id than ``student`` (the id it is graded as, whose variants the checkers ask): a
+    classmate's notebook handed in, or a wrong id typed.  Not a verdict: the grade stays the
+    checkers'."""
+    others: dict[str, list[str]] = {}
+    for who, where in notebook_ids(nb):
+        if who != student.strip():
+            others.setdefault(who, [])
+            if where not in others[who]:
+                others[who].append(where)
+    if not others:
+        return []
+    named = "; ".join(f"{who[:40]!r} ({', '.join(wheres)})"
+                      for who, wheres in list(others.items())[:3])
+    return [f"the notebook was run with another student id than {student[:40]!r}, the id "
+            f"graded (whose variants the checkers asked): {named}; a classmate's notebook, "
+            "or a wrong id?"]

@@ -4,7 +4,9 @@ check_round_significant  ``round_significant(x, p)``: x rounded to p significant
                          even), the rounding every format of the chapter does
 check_pairwise_sum       ``pairwise_sum_bf16(x)``: a sum in a bfloat16 accumulator, as a tree
                          (the two halves' sums added), every addition rounded
-check_keep_float32       which quantities must stay float32 (the rest float16) for the 2x rule
+check_keep_float32       ``smallest_float32_set(error_ratio)``: the smallest set of quantities
+                         kept in float32 (the rest float16) for which ``error_ratio`` meets
+                         the 2x rule, on the chapter's kernel and on made-up ratios
 check_fa3_rule           ``assert_fa3_rule(out, plain, ref, dtype)``: flash-attn's rule as
                          FlashAttention-3's tests write it (2x plain's error plus an absolute
                          allowance), which must pass :func:`good_kernel` and catch
@@ -14,13 +16,14 @@ check_rotation           ``rotate(Q, K, rng)``: Q K^T unchanged, and the FP8 err
 The kernels and inputs the exercises hand out are here too (:func:`suspect_kernel`,
 :func:`good_kernel`, :func:`exercise_inputs`).
 
-Over 500 lines (about 530): one checker per exercise, whose cases and diagnoses are code;
+Over 500 lines (about 700): one checker per exercise, whose cases and diagnoses are code;
 the mistakes each must catch are data, in mistakes/precision.py.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -50,6 +53,9 @@ __all__ = [
     "suspect_kernel",
     "QUANTITIES",
     "KEEP_DTYPE",
+    "MADE_UP",
+    "RULE",
+    "tiled_error_ratio",
 ]
 
 BF16 = "bfloat16"
@@ -296,72 +302,236 @@ def check_pairwise_sum(fb: Feedback, fn: Callable[[np.ndarray], float]) -> None:
 
 # ---- what must stay float32 -----------------------------------------------------------------
 
-_WHY = {
-    "l": ("l in float16: once the running sum is large, each new exp(s - m) falls below half "
-          "a float16 spacing and is lost (float16's 3 more bits than bfloat16 only delay it)"),
-    "acc": ("the accumulator in float16: each block's P V contribution is small next to the "
-            "running sum and is rounded away, block after block"),
-}
+#: flash-attn's rule: kept as chosen, tiled attention's error is at most RULE times plain's.
+RULE = 2.0
+#: Calls of ``error_ratio`` one search may make (twice the 64 sets there are).
+MAX_CALLS = 2 * 2 ** len(QUANTITIES)
 
 
 @functools.lru_cache(maxsize=1)
 def _keep_cases() -> list[tuple[str, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
-    return [("n = 512, d = 32", exercise_inputs(512, 32, seed=0, dtype=KEEP_DTYPE)),
-            ("n = 1024, d = 32", exercise_inputs(1024, 32, seed=2, dtype=KEEP_DTYPE))]
+    """One input of n = 512 tokens (d = 32): each set of quantities costs a run of tiled
+    attention per input, in the judge, while the student's time runs, and a search may ask
+    all 64 sets (a second input, seed 2, gives the same smallest set, at twice the cost)."""
+    return [("n = 512, d = 32", exercise_inputs(512, 32, seed=0, dtype=KEEP_DTYPE))]
 
 
-def _casts_keeping(names: set[str]) -> Casts:
+def _casts_keeping(names: set[str] | frozenset[str]) -> Casts:
     return Casts.everything(KEEP_DTYPE).replace(**{q: "float32" for q in names})
 
 
 @functools.cache
 def _ratio(names: frozenset[str], case: int) -> float:
     """Tiled attention's error with ``names`` kept in float32, over plain float16
-    attention's, on :func:`_keep_cases` ``[case]``: computed once per process (the answer is
-    a set of names, and a grader checks every student's against the same few ratios)."""
+    attention's, on :func:`_keep_cases` ``[case]``: computed once per process (a grader
+    asks the same few sets for every student)."""
     Q, K, V = _keep_cases()[case][1]
-    ref = _reference(Q, K, V)
+    ref, plain = _keep_reference(case)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         O = flash2_forward_with_casts(Q, K, V, _B_C, _casts_keeping(names))
     err = error_stats(O, ref).max
-    plain = error_stats(_plain(Q, K, V, KEEP_DTYPE), ref).max
     return err / plain if np.isfinite(err) else float("inf")
 
 
-@checker("which quantities must stay float32")
-def check_keep_float32(fb: Feedback, answer: Iterable[str] | Callable[[], Iterable[str]]) -> None:
-    """Check a choice of the quantities kept in float32 (the others, and the inputs, in
-    :data:`KEEP_DTYPE`, float16): the smallest set for which tiled attention meets the 2x rule
-    against plain float16 attention.  ``answer``: names among ``QUANTITIES`` (or a function
-    returning them)."""
-    if callable(answer):
-        answer, _ = call_learner(answer)
-    if isinstance(answer, str) or not isinstance(answer, Iterable):
-        raise LearnerError(f"expected a set of names among {', '.join(QUANTITIES)}, got "
-                           f"{answer!r}")
-    names = set(answer)
-    unknown = sorted(str(q) for q in names - set(QUANTITIES))
+@functools.cache
+def _keep_reference(case: int) -> tuple[np.ndarray, float]:
+    """The reference output of :func:`_keep_cases` ``[case]``, and plain float16 attention's
+    largest error against it."""
+    Q, K, V = _keep_cases()[case][1]
+    ref = _reference(Q, K, V)
+    return ref, error_stats(_plain(Q, K, V, KEEP_DTYPE), ref).max
+
+
+def _names(names: Any) -> frozenset[str]:
+    """The set of quantities an ``error_ratio`` was asked about; TypeError or ValueError (which
+    the learner's code sees) for anything but a collection of names among QUANTITIES."""
+    if not isinstance(names, (set, frozenset, list, tuple)) or not all(
+            isinstance(q, str) for q in names):
+        raise TypeError(f"error_ratio takes a set of names among {', '.join(QUANTITIES)} "
+                        f"(e.g. {{'l', 'S'}}), got {names!r}")
+    unknown = sorted(set(names) - set(QUANTITIES))
+    if unknown:
+        raise ValueError(f"error_ratio: unknown quantities {unknown}: choose among "
+                         f"{', '.join(QUANTITIES)}")
+    return frozenset(names)
+
+
+def _real(names: frozenset[str]) -> float:
+    return max(_ratio(names, case) for case in range(len(_keep_cases())))
+
+
+def tiled_error_ratio(names: set[str]) -> float:
+    """FlashAttention-2's error with the quantities ``names`` (among :data:`QUANTITIES`) kept
+    in float32 and everything else, the inputs included, in float16 (:data:`KEEP_DTYPE`),
+    over plain float16 attention's error, on an input of n = 512 tokens (d = 32, key blocks
+    of 64).  At most :data:`RULE` (2) meets flash-attn's rule."""
+    return _real(_names(names))
+
+
+def _made_up(*passing: str, at: float = 1.5) -> Callable[[frozenset[str]], float]:
+    """A made-up error ratio: ``at`` (at most 2: the rule holds) for a set holding all the
+    names of one of ``passing`` (each a space-separated set; ``""``: the empty set), minus
+    0.05 per further name kept; above 2 otherwise (less the more is kept)."""
+    minimal = [frozenset(p.split()) for p in passing]
+
+    def ratio(names: frozenset[str]) -> float:
+        extra = [len(names - m) for m in minimal if m <= names]
+        if extra:
+            return at - 0.05 * min(extra)
+        return 2.5 + 8 / (1 + len(names))
+
+    return ratio
+
+
+#: The error ratios :func:`check_keep_float32` hands the learner's function besides the
+#: chapter's kernel's: made up, so that what must stay float32 differs from the chapter's
+#: answer (label, ratio).  The last two have two minimal sets of different sizes, where
+#: dropping names one at a time, or the first set that passes in another order, stops at
+#: the larger.
+MADE_UP: list[tuple[str, Callable[[frozenset[str]], float]]] = [
+    ("a made-up error ratio where only m matters (exactly 2 with m alone)",
+     _made_up("m", at=2.0)),
+    ("a made-up error ratio where only acc matters", _made_up("acc")),
+    ("a made-up error ratio that needs l, m and acc", _made_up("l m acc")),
+    ("a made-up error ratio that everything in float16 meets", _made_up("")),
+    ("a made-up error ratio that no choice meets", _made_up()),
+    ("a made-up error ratio that needs all six", _made_up(" ".join(QUANTITIES))),
+    ("a made-up error ratio met by {S, P} or by {acc, m, l}", _made_up("S P", "acc m l")),
+    ("a made-up error ratio met by {l, O} or by {S, P, acc}", _made_up("l O", "S P acc")),
+]
+
+
+def _subsets() -> list[frozenset[str]]:
+    return [frozenset(c) for k in range(len(QUANTITIES) + 1)
+            for c in itertools.combinations(QUANTITIES, k)]
+
+
+def _show(names: frozenset[str] | None) -> str:
+    if names is None:
+        return "None"
+    return "{" + ", ".join(repr(q) for q in QUANTITIES if q in names) + "}" if names else (
+        "set()")
+
+
+def _answer(got: Any) -> frozenset[str] | None:
+    if got is None:
+        return None
+    if not isinstance(got, (set, frozenset, list, tuple)) or not all(
+            isinstance(q, str) for q in got):
+        raise LearnerError(f"expected a set of names among {', '.join(QUANTITIES)}, or None "
+                           f"when no set meets the rule; got {got!r}")
+    unknown = sorted(set(got) - set(QUANTITIES))
     if unknown:
         raise LearnerError(f"unknown quantities {unknown}: choose among "
                            f"{', '.join(QUANTITIES)}")
-    passed_all = True
-    for case, (label, _) in enumerate(_keep_cases()):
-        r = _ratio(frozenset(names), case)
-        if r <= 2:
-            fb.ok(f"{label}: error {r:.2g} x plain float16 attention's (rule: at most 2)")
-            continue
-        passed_all = False
-        missing = [q for q in ("l", "acc") if q not in names]
-        why = "; ".join(_WHY[q] for q in missing) or "keep more in float32"
-        fb.fail(f"{label}: error {r:.3g} x plain float16 attention's, more than 2: {why}")
-    if passed_all:
-        cases = range(len(_keep_cases()))
-        spare = [q for q in sorted(names)
-                 if all(_ratio(frozenset(names - {q}), c) <= 2 for c in cases)]
-        if spare:
-            fb.fail(f"the rule holds, but {', '.join(spare)} need not stay float32: with "
-                    f"{'it' if len(spare) == 1 else 'each'} in float16 the error is still "
-                    "within 2x plain attention's (the question asks what *must* stay float32)")
+    return frozenset(got)
+
+
+def _first_passing(ratio: Callable[[frozenset[str]], float]) -> frozenset[str] | None:
+    """The first set that meets the rule, trying the sets by size (so a smallest one), or
+    None: as few sets asked as the search itself asks (the chapter's kernel's ratio costs
+    two runs of tiled attention per set, once per process)."""
+    return next((s for s in _subsets() if ratio(s) <= RULE), None)
+
+
+def _keep_problem(ratio: Callable[[frozenset[str]], float], got: frozenset[str] | None,
+                  called: int) -> str | None:
+    """What is wrong with ``got`` as the smallest set that ``ratio`` lets pass; None if
+    right."""
+    best = _first_passing(ratio)
+    never = ("; and your function never called error_ratio: the answer must come from it "
+             "(the checker hands it other error ratios too)" if called == 0 else "")
+    if got is None:
+        if best is None:
+            return None
+        hint = ("does your search reach the set of all six (sizes 0 to "
+                "len(QUANTITIES) included)?" if len(best) == len(QUANTITIES) else
+                "try every set, smallest first")
+        return (f"returned None, but {_show(best)} meets the rule (error_ratio = "
+                f"{ratio(best):.3g}): {hint}{never}")
+    r = ratio(got)
+    if best is None:
+        return (f"returned {_show(got)} (error_ratio = {r:.3g}), but no set meets the rule "
+                f"here: return None when none does{never}")
+    if r > RULE:
+        return (f"returned {_show(got)}, whose error_ratio is {r:.3g}, more than 2: it does "
+                f"not meet the rule{never}")
+    if len(got) == len(best):
+        return None
+    if not best:
+        hint = "keeping nothing in float32 meets the rule: try the empty set first (size 0)"
+    elif ratio(best) == RULE:
+        hint = (f"error_ratio({_show(best)}) is exactly 2, and the rule is *at most* twice "
+                "plain's error (<= 2)")
+    elif all(ratio(got - {q}) > RULE for q in got):
+        hint = ("nothing can be dropped from your set, yet a smaller set passes: a set "
+                "nothing can be removed from is not always the smallest (dropping names one "
+                "at a time, or taking the first set that passes in an order not by size, "
+                "stops at one); try every set of each size, smallest first")
+    else:
+        hint = ("try the sets in order of size (itertools.combinations(QUANTITIES, k) for "
+                "k = 0, 1, ...) and return the first that passes")
+    return (f"returned {_show(got)} ({len(got)} names, error_ratio = {r:.3g}), but "
+            f"{_show(best)} meets the rule with {len(best)} (error_ratio = "
+            f"{ratio(best):.3g}): {hint}{never}")
+
+
+def _counting(ratio: Callable[[frozenset[str]], float], asked: list[frozenset[str]]
+              ) -> Callable[[set[str]], float]:
+    """The ``error_ratio`` handed to the learner's function: ``ratio``, each call's set
+    recorded in ``asked`` (at most :data:`MAX_CALLS` calls)."""
+
+    def error_ratio(names: set[str]) -> float:
+        if len(asked) >= MAX_CALLS:
+            raise RuntimeError(f"error_ratio called {MAX_CALLS} times: there are only "
+                               f"{2 ** len(QUANTITIES)} sets, ask each once")
+        chosen = _names(names)
+        asked.append(chosen)
+        return float(ratio(chosen))
+
+    return error_ratio
+
+
+@checker("which quantities must stay float32")
+def check_keep_float32(fb: Feedback, fn: Callable[[Callable[[set[str]], float]], Any]) -> None:
+    """Check ``smallest_float32_set(error_ratio)``: given ``error_ratio(names)``, tiled
+    attention's error with the quantities ``names`` kept in float32 over plain attention's,
+    the smallest set of names among
+    :data:`QUANTITIES` for which ``error_ratio(names) <= 2`` (flash-attn's rule), or None
+    when there is none.  Run with :func:`tiled_error_ratio` (float16: the chapter's kernel),
+    then with the made-up ratios of :data:`MADE_UP`, so that no one answer fits them all."""
+    oracles = [("the chapter's kernel (float16, n = 512)", _real), *MADE_UP]
+    for label, ratio in oracles:
+        with fb.case(label) as case:
+            asked: list[frozenset[str]] = []
+            got, _ = call_learner(fn, _counting(ratio, asked))
+            answer = _answer(got)
+            problem = _keep_problem(ratio, answer, len(asked))
+            if problem is None and len(asked) >= MAX_CALLS:
+                problem = (f"error_ratio was called {MAX_CALLS} times or more: there are only "
+                           f"{2 ** len(QUANTITIES)} sets, ask each once")
+            if problem is not None:
+                case.failed = True
+                fb.fail(f"{label}: {problem}")
+            else:
+                found = ("None, no set meets the rule" if answer is None else
+                         f"{_show(answer)}, error_ratio {ratio(answer):.3g}")
+                calls = f"{len(asked)} call{'' if len(asked) == 1 else 's'}"
+                fb.ok(f"{label}: {found} ({calls} of error_ratio)")
+        if case.failed:
+            return
+    kept = frozenset({"acc", "l"})
+    fb.ok("on the chapter's kernel, " + "; ".join(
+        f"{q} alone in float16: error {_real(kept - {q}):.3g} x plain's ({_WHY[q]})"
+        for q in sorted(kept)))
+
+
+_WHY = {
+    "l": ("once the running sum is large, each new exp(s - m) falls below half a float16 "
+          "spacing and is lost; float16's 3 more bits than bfloat16 only delay it"),
+    "acc": ("each block's P V contribution is small next to the running sum and is rounded "
+            "away, block after block"),
+}
 
 
 # ---- flash-attn's rule as FlashAttention-3's tests write it --------------------------------

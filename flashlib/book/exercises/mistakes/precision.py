@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+import itertools
 
 import ml_dtypes
 import numpy as np
 
 from flashlib.book.exercises.precision import (
+    QUANTITIES,
     check_fa3_rule,
     check_keep_float32,
     check_pairwise_sum,
@@ -162,22 +164,99 @@ declare_mistakes(
 )
 
 
-# ---- 8.3 what must stay float32 --------------------------------------------------------------
+# ---- 8.3 the smallest set kept in float32 ----------------------------------------------------
 
-def nothing():
+def _search(error_ratio, *, sizes=None, passes=lambda r: r <= 2):
+    for k in range(len(QUANTITIES) + 1) if sizes is None else sizes:
+        for names in itertools.combinations(QUANTITIES, k):
+            if passes(error_ratio(set(names))):
+                return set(names)
     return None
+
+
+def the_chapters_answer(error_ratio):
+    return {"l", "acc"}
+
+
+def first_in_bitmask_order(error_ratio):
+    for mask in range(2 ** len(QUANTITIES)):
+        names = {q for i, q in enumerate(QUANTITIES) if mask >> i & 1}
+        if error_ratio(names) <= 2:
+            return names
+    return None
+
+
+def drop_one_by_one(error_ratio):
+    kept = set(QUANTITIES)
+    if error_ratio(kept) > 2:
+        return None
+    for q in QUANTITIES:
+        if error_ratio(kept - {q}) <= 2:
+            kept -= {q}
+    return kept
+
+
+def last_that_passes(error_ratio):
+    found = None
+    for k in range(len(QUANTITIES) + 1):
+        for names in itertools.combinations(QUANTITIES, k):
+            if error_ratio(set(names)) <= 2:
+                found = set(names)
+    return found
+
+
+def everything_when_none(error_ratio):
+    found = _search(error_ratio)
+    return set(QUANTITIES) if found is None else found
+
+
+def asks_a_name(error_ratio):
+    for q in QUANTITIES:
+        if error_ratio(q) <= 2:
+            return {q}
+    return None
+
+
+def asks_the_inputs(error_ratio):
+    return _search(lambda names: error_ratio(names | {"Q"}))
+
+
+def a_string(error_ratio):
+    return "acc l"
+
+
+def an_unknown_name(error_ratio):
+    found = _search(error_ratio)
+    return None if found is None else found | {"inputs"}
+
+
+def asks_forever(error_ratio):
+    while True:
+        error_ratio({"S"})
 
 
 declare_mistakes(
     check_keep_float32,
-    Mistake("acc only", ({"acc"},), ("l in float16", "3 more bits than bfloat16 only delay it")),
-    Mistake("l only", ({"l"},), ("the accumulator in float16",)),
-    Mistake("nothing", (set(),), ("l in float16", "the accumulator in float16")),
-    Mistake("m and S", ({"m", "S"},), ("more than 2",)),
-    Mistake("everything", ({"acc", "l", "S", "m"},), ("S, m need not stay float32",)),
-    Mistake("an unknown name", ({"acc", "l", "inputs"},), ("unknown quantities ['inputs']",)),
-    Mistake("a string", ("acc",), ("expected a set of names",)),
-    Mistake("None from a function", (nothing,), ("expected a set of names",)),
+    Mistake("the chapter's answer, whatever the ratio", (the_chapters_answer,),
+            ("returned {'acc', 'l'}", "never called error_ratio")),
+    Mistake("the first set that passes, in bitmask order", (first_in_bitmask_order,),
+            ("a set nothing can be removed from is not always the smallest",)),
+    Mistake("names dropped one by one", (drop_one_by_one,),
+            ("a set nothing can be removed from is not always the smallest",)),
+    Mistake("the last set that passes", (last_that_passes,), ("in order of size",)),
+    Mistake("< 2 instead of <= 2", (functools.partial(_search, passes=lambda r: r < 2),),
+            ("is exactly 2", "*at most* twice")),
+    Mistake("from size 1", (functools.partial(_search, sizes=range(1, len(QUANTITIES) + 1)),),
+            ("try the empty set first",)),
+    Mistake("up to size 5", (functools.partial(_search, sizes=range(len(QUANTITIES))),),
+            ("does your search reach the set of all six",)),
+    Mistake("everything when nothing passes", (everything_when_none,),
+            ("return None when none does",)),
+    Mistake("a name for a set", (asks_a_name,), ("error_ratio takes a set of names",)),
+    Mistake("an unknown name asked", (asks_the_inputs,), ("unknown quantities ['Q']",)),
+    Mistake("a string", (a_string,), ("expected a set of names",)),
+    Mistake("an unknown name returned", (an_unknown_name,), ("unknown quantities ['inputs']",)),
+    Mistake("asks forever", (asks_forever,), ("ask each once",)),
 )
 
 
