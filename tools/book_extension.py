@@ -260,7 +260,8 @@ def keep_own_language(app: Sphinx, pagename: str, templatename: str, context: di
     if not body or "flashlib-lang-" not in body and "framesJa" not in body:
         return
     lang = app.config.language if app.config.language in EDITIONS else "en"
-    body = _LANG_IMG.sub(lambda m: m.group(0) if m["lang"] == lang else "", body)
+    body = _LANG_IMG.sub(lambda m: m.group(0).replace("<img hidden ", "<img ", 1)
+                         if m["lang"] == lang else "", body)
 
     def own_frames(match: re.Match[str]) -> str:
         data = json.loads(match["data"])

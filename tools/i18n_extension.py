@@ -126,11 +126,49 @@ def configure(app: Sphinx, config: Config) -> None:
     app.add_js_file("flashlib-words.js")
 
 
+def translate_captions(app: Sphinx, doctree: nodes.document) -> None:
+    """The table of contents' part captions ("Building FlashAttention"): _toc.yml puts them
+    into the root page's toctrees after the page's messages were translated."""
+    if _LANGUAGE[0] == "en":
+        return
+    from sphinx import addnodes
+
+    from tools.ja_edition import _catalog
+
+    words = _catalog(Path(app.env.docname).name)
+    for toctree in doctree.findall(addnodes.toctree):
+        caption = toctree.get("caption")
+        if caption and caption in words:
+            toctree["caption"] = words[caption]
+
+
+#: The first line of what an exercise's checker cell shows on the site (a neutral line, never
+#: a verdict: flashlib.book.exercises.feedback.ON_THE_SITE), which speaks to the reader.
+_ON_THE_SITE = "Run this cell in Jupyter or Colab"
+
+
+def _translated_lines(text: str, lang: str) -> str:
+    out = []
+    for line in text.split("\n"):
+        new = i18n.translate(line, lang)
+        if new == line and line.rstrip().endswith(":"):  # "FLOPs of attention:"
+            new = i18n.translate(line.rstrip()[:-1], lang) + i18n.SEPARATOR.get(lang, ": ")
+        out.append(new)
+    return "\n".join(out)
+
+
 def translate_outputs(app: Sphinx, doctree: nodes.document) -> None:
-    """Translate the HTML the chapter's code cells showed (see the module docstring)."""
+    """Translate the HTML the chapter's code cells showed (see the module docstring), and the
+    checkers' neutral line (:data:`_ON_THE_SITE`)."""
     lang = _LANGUAGE[0]
     if lang == "en":
         return
+    for block in doctree.findall(nodes.literal_block):
+        text = block.astext()
+        if _ON_THE_SITE in text:
+            new = _translated_lines(text, lang)
+            block.children = [nodes.Text(new)]
+            block.rawsource = new
     for node in doctree.findall(nodes.raw):
         if node.get("format") == "html":
             text = node.astext()
@@ -157,4 +195,5 @@ def setup(app: Sphinx) -> dict:
     app.connect("build-finished", list_missing)
     app.connect("config-inited", configure)
     app.connect("doctree-read", translate_outputs)
+    app.connect("doctree-read", translate_captions)
     return {"parallel_read_safe": False, "parallel_write_safe": True}

@@ -70,8 +70,8 @@ def edition_config(kind: str) -> dict:
     else:
         options["language"] = LANG
         # myst-nb's summaries of the collapsed cells ("Show code cell source")
-        options["nb_code_prompt_show"] = "コードセルの{type}を表示"
-        options["nb_code_prompt_hide"] = "コードセルの{type}を隠す"
+        options["nb_code_prompt_show"] = "コードを表示"
+        options["nb_code_prompt_hide"] = "コードを隠す"
         config["title"] = TITLE_JA
         execute["cache"] = str(SHARED_CACHE)
     return config

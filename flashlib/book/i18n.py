@@ -183,7 +183,7 @@ def missing() -> list[str]:
 
 #: ``FLASHLIB_I18N_RECORD=file``: every template asked for without a Japanese translation
 #: (:func:`translate`, :func:`record`) is appended to ``file`` as a JSON line: what is left to
-#: translate (e.g. ``FLASHLIB_I18N_RECORD=/tmp/left.jsonl make book``, or the checkers' test).
+#: translate (e.g. ``FLASHLIB_I18N_RECORD=left.jsonl make book``, or the checkers' test).
 RECORD_ENV = "FLASHLIB_I18N_RECORD"
 
 

@@ -233,10 +233,29 @@ def japanese_png(fig: Any) -> bytes | None:
     texts = [(t, t.get_text()) for t in fig.findobj(Text)]
     changed = [(t, old) for t, old in texts
                if isinstance(old, str) and old and i18n.translate(old, "ja") != old]
-    if not changed:
+    # tick labels are written by the axis's formatter at every draw: translate its labels
+    formatters = []
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            fmt = axis.get_major_formatter()
+            if isinstance(getattr(fmt, "seq", None), list):  # FixedFormatter
+                formatters.append((fmt, "seq", fmt.seq))
+                fmt.seq = [i18n.translate(str(label), "ja") for label in fmt.seq]
+            elif isinstance(getattr(fmt, "_units", None), dict):  # StrCategoryFormatter
+                formatters.append((fmt, "_units", fmt._units))
+                fmt._units = {i18n.translate(str(k), "ja"): v for k, v in fmt._units.items()}
+    translated_ticks = any(getattr(f, a) != old for f, a, old in formatters)
+    if not changed and not translated_ticks:
+        for fmt, attr, old in formatters:
+            setattr(fmt, attr, old)
         return None
     _japanese_font()
     fonts = []
+    for ax in fig.axes:  # the tick labels' font, for the Japanese ones
+        for label in ax.get_xticklabels() + ax.get_yticklabels():
+            if (label, label.get_text()) not in changed:
+                fonts.append((label, label.get_fontfamily()))
+                label.set_fontfamily([*label.get_fontfamily(), JA_FONT])
     try:
         for t, old in changed:
             fonts.append((t, t.get_fontfamily()))
@@ -250,6 +269,8 @@ def japanese_png(fig: Any) -> bytes | None:
             t.set_text(old)
         for t, family in fonts:
             t.set_fontfamily(family)
+        for fmt, attr, old in formatters:
+            setattr(fmt, attr, old)
 
 
 def close(fig: Any) -> None:
@@ -307,7 +328,8 @@ class StaticFigure:
         else:
             img = (img_tag(self.png, self.alt, self.text_px, "flashlib-figure flashlib-lang-en")
                    + img_tag(self.png_ja, i18n.translate(self.alt, "ja"), self.text_px,
-                             "flashlib-figure flashlib-lang-ja"))
+                             "flashlib-figure flashlib-lang-ja").replace("<img ", "<img hidden ",
+                                                                         1))
         bundle = {"text/html": img, "image/png": data, "text/plain": f"<figure: {self.alt}>"}
         return bundle, {"image/png": {"width": width, "height": height}}
 

@@ -336,9 +336,11 @@ class InteractiveFigure(_Figure):
         else:  # both editions' frames: tools/book_extension.py keeps each page's own
             frames_ja, index_ja = self.frames_ja
             data |= {"framesJa": [url(png) for png in frames_ja], "indexJa": index_ja}
+            # the Japanese one hidden (the site's Japanese pages keep it alone, shown)
             img = (img_tag(frames[index[first]], alt, self._text_px, "flashlib-lang-en")
                    + img_tag(frames_ja[index_ja[first]], i18n.translate(alt, "ja"),
-                             self._text_px, "flashlib-lang-ja"))
+                             self._text_px, "flashlib-lang-ja").replace("<img ", "<img hidden ",
+                                                                         1))
         payload = _json_script(data)
         uid = _uid(payload, self.caption)
         note = ("The sliders of this figure need JavaScript; it shows "

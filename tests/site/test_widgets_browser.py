@@ -167,7 +167,7 @@ def test_both_kinds_redraw_from_every_slider(figures_page):
             menu.select_option(value=chosen)
             assert fig.evaluate(STATE) == before, menu.get_attribute("data-name")
         # the png kind's alt text follows the frame
-        img = page.locator("figure.flashlib-ifig-png img")
+        img = page.locator("figure.flashlib-ifig-png img:not([hidden])")
         page.locator("figure.flashlib-ifig-png input").first.focus()
         page.keyboard.press("End")
         assert img.get_attribute("alt") == "Two bars for n = 3, kind a"
@@ -199,7 +199,7 @@ def test_without_javascript_the_default_frame_and_a_note(figures_page):
                     page.locator("figure.flashlib-ifig-svg")):
             assert not fig.locator(".flashlib-ifig-controls").is_visible()
             assert fig.locator(".flashlib-ifig-nojs").is_visible()
-        img = page.locator("figure.flashlib-ifig-png img")
+        img = page.locator("figure.flashlib-ifig-png img:not([hidden])")
         assert img.is_visible() and img.get_attribute("alt") == "Two bars for n = 1, kind a"
         note = page.locator("figure.flashlib-ifig-svg .flashlib-ifig-nojs").inner_text()
         assert note.startswith("Step 5 of Algorithm 1's schedule.")

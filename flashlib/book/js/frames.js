@@ -7,9 +7,13 @@
   if (!root || root.getAttribute("data-ready")) return;
   root.setAttribute("data-ready", "1");
   var data = JSON.parse(root.querySelector("script.flashlib-ifig-data").textContent);
-  var img = root.querySelector("img");
-  // the Japanese edition's frames (the book builds both; each page keeps its own)
-  if (data.framesJa) { data.frames = data.framesJa; data.index = data.indexJa; }
+  // the book draws both editions' frames; the site's pages keep their own (a page with both:
+  // the Japanese ones where the page is Japanese)
+  var ja = document.documentElement.lang === "ja";
+  var img = root.querySelector(ja ? "img.flashlib-lang-ja" : "img:not(.flashlib-lang-ja)") ||
+    root.querySelector("img");
+  img.hidden = false;
+  if (ja && data.framesJa) { data.frames = data.framesJa; data.index = data.indexJa; }
   var T = window.flashlibTranslate || function (s) { return s; };
   var inputs = root.querySelectorAll("input[type=range], select");
   function update() {
