@@ -150,10 +150,10 @@ _ON_THE_SITE = "Run this cell in Jupyter or Colab"
 def _translated_lines(text: str, lang: str) -> str:
     out = []
     for line in text.split("\n"):
-        new = i18n.translate(line, lang)
-        if new == line and line.rstrip().endswith(":"):  # "FLOPs of attention:"
-            new = i18n.translate(line.rstrip()[:-1], lang) + i18n.SEPARATOR.get(lang, ": ")
-        out.append(new)
+        if line.rstrip().endswith(":"):  # the checker's title, "FLOPs of attention:"
+            out.append(i18n.translate(line.rstrip()[:-1], lang) + i18n.SEPARATOR.get(lang, ": "))
+        else:
+            out.append(i18n.translate(line, lang))
     return "\n".join(out)
 
 
