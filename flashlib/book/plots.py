@@ -223,6 +223,14 @@ def _japanese_font() -> None:
     font_manager.fontManager.addfont(str(path))
 
 
+def _with_japanese(text: Any) -> list[str]:
+    """The font families for a text drawn in Japanese: the Japanese font after its own (a
+    fallback for the characters its font lacks), or first when the text holds mathtext
+    (``$m_k$``), which draws the words around the formula in the first family only."""
+    family = [f for f in text.get_fontfamily() if f != JA_FONT]
+    return [JA_FONT, *family] if "$" in text.get_text() else [*family, JA_FONT]
+
+
 def japanese_png(fig: Any) -> bytes | None:
     """The figure drawn again with its texts in Japanese (:func:`flashlib.book.i18n.
     translate_figure`, then put back as they were), or None when no text has a translation."""
@@ -255,12 +263,12 @@ def japanese_png(fig: Any) -> bytes | None:
         for label in ax.get_xticklabels() + ax.get_yticklabels():
             if (label, label.get_text()) not in changed:
                 fonts.append((label, label.get_fontfamily()))
-                label.set_fontfamily([*label.get_fontfamily(), JA_FONT])
+                label.set_fontfamily(_with_japanese(label))
     try:
         for t, old in changed:
             fonts.append((t, t.get_fontfamily()))
             t.set_text(i18n.translate(old, "ja"))
-            t.set_fontfamily([*t.get_fontfamily(), JA_FONT])
+            t.set_fontfamily(_with_japanese(t))
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=RENDER_DPI, metadata={"Software": None})
         return buf.getvalue()
@@ -359,7 +367,7 @@ def show(fig: Any, *, alt: str) -> StaticFigure:
         from matplotlib.text import Text
 
         for t in fig.findobj(Text):
-            t.set_fontfamily([*t.get_fontfamily(), JA_FONT])
+            t.set_fontfamily(_with_japanese(t))
     png = figure_png(fig)  # draws the figure: its texts have their final sizes
     smallest = text_px(fig)
     ja = japanese_png(fig) if static_site() else None  # the book: both editions' figures
