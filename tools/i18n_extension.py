@@ -20,6 +20,7 @@ page being read is remembered, and the glue look-up falls back to it.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -120,10 +121,50 @@ def configure(app: Sphinx, config: Config) -> None:
                                  "search_bar_text": "この本を検索..."}
     folder = Path(app.outdir).parent / "i18n_static"
     folder.mkdir(parents=True, exist_ok=True)
-    script = i18n.words_script(_LANGUAGE[0])
-    (folder / "flashlib-words.js").write_text(script, encoding="utf-8")
+    script = i18n.words_script(_LANGUAGE[0], "site")
+    (folder / WORDS_FILE).write_text(script, encoding="utf-8")
     config.html_static_path = [*config.html_static_path, str(folder)]
-    app.add_js_file("flashlib-words.js")
+
+
+#: The table of what figures draw, for the pages that draw figures in the browser.
+WORDS_FILE = "flashlib-words.js"
+
+
+def add_words(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
+    """Load flashlib-words.js (168 KB) on the pages whose figures draw their text in the
+    browser (svg_figure; the PNG figures' frames and alt texts are translated here, below),
+    not on every page: it counts against the 3.5 MB a page may weigh."""
+    body = context.get("body") or ""
+    if _LANGUAGE[0] == "en" or "flashlib-ifig-svg" not in body:
+        return
+    src = context["pathto"](f"_static/{WORDS_FILE}", 1)
+    # before the figures' own scripts, which run as the page is read
+    context["body"] = f'<script src="{src}"></script>\n' + body
+
+
+def translate_frames(app: Sphinx, pagename: str, templatename: str, context: dict,
+                     doctree) -> None:
+    """The PNG figures' slider labels and alt texts (their JSON data) in the edition's
+    language, so that their pages need no table in the browser."""
+    body = context.get("body") or ""
+    if _LANGUAGE[0] == "en" or "flashlib-ifig-png" not in body:
+        return
+
+    def translated(match: re.Match[str]) -> str:
+        data = json.loads(match["data"])
+        lang = _LANGUAGE[0]
+        data["labels"] = [[i18n.translate(str(v), lang) for v in values]
+                          for values in data.get("labels", [])]
+        data["alts"] = [i18n.translate(str(a), lang) for a in data.get("alts", [])]
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        return match.group(1) + text.replace("<", "\\u003c") + match.group(3)
+
+    context["body"] = _FIGURE_DATA.sub(translated, body)
+
+
+_FIGURE_DATA = re.compile(
+    r'(<script type="application/json" class="flashlib-ifig-data">)(?P<data>.*?)(</script>)',
+    re.DOTALL)
 
 
 def translate_captions(app: Sphinx, doctree: nodes.document) -> None:
@@ -196,4 +237,6 @@ def setup(app: Sphinx) -> dict:
     app.connect("config-inited", configure)
     app.connect("doctree-read", translate_outputs)
     app.connect("doctree-read", translate_captions)
+    app.connect("html-page-context", translate_frames, priority=880)
+    app.connect("html-page-context", add_words, priority=880)
     return {"parallel_read_safe": False, "parallel_write_safe": True}
