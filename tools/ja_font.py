@@ -29,8 +29,11 @@ SOURCES = {"Regular": Path("/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.t
 JP_FACE = 0
 FONTS = ROOT / "book" / "_static" / "fonts"
 CODE_STRINGS = ROOT / "flashlib" / "book" / "locale" / "ja"
-#: Always included: ASCII, the kana, CJK punctuation and full-width forms.
-BLOCKS = [(0x20, 0x7E), (0x3000, 0x30FF), (0xFF01, 0xFF5E)]
+#: Added to matplotlib's font only: ASCII (a label holding mathtext is drawn in the Japanese
+#: font alone). The web font holds only the characters the pages use, ASCII left out: the
+#: reader's own fonts come first in the CSS and draw it; every kilobyte counts, since a page
+#: of a machine without Japanese fonts downloads the font within its 3.5 MB.
+BLOCKS = [(0x20, 0x7E)]
 
 
 #: The same subset (regular weight) for matplotlib, which cannot read woff2: the Japanese
@@ -53,9 +56,11 @@ def characters() -> set[str]:
     for table in sorted(CODE_STRINGS.glob("*.json")):
         for value in json.loads(table.read_text(encoding="utf-8")).values():
             chars.update(value)
-    for lo, hi in BLOCKS:
-        chars.update(chr(c) for c in range(lo, hi + 1))
-    return {c for c in chars if not c.isspace() or c == " "}
+    return {c for c in chars if not c.isspace() and ord(c) > 0x7E}
+
+
+def _block_characters() -> set[str]:
+    return {chr(c) for lo, hi in BLOCKS for c in range(lo, hi + 1)}
 
 
 def covered(weight: str = "Regular") -> set[str]:
@@ -92,7 +97,7 @@ def write() -> None:
             MATPLOTLIB_FONT.parent.mkdir(parents=True, exist_ok=True)
             font = subset.load_font(str(source), options)
             subsetter = subset.Subsetter(options)
-            subsetter.populate(text=text)
+            subsetter.populate(text=text + "".join(sorted(_block_characters())))
             subsetter.subset(font)
             subset.save_font(font, str(MATPLOTLIB_FONT), options)
             print(f"{MATPLOTLIB_FONT.relative_to(ROOT)}: "

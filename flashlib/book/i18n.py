@@ -297,7 +297,9 @@ def words_script(lang: str, only: str | None = None) -> str:
     words = table(lang)
     if only is not None:
         path = resources.files("flashlib.book").joinpath("locale", lang, f"{only}.json")
-        words = {k: v for k, v in json.loads(path.read_text("utf-8")).items() if v}
+        # captions and "Held fixed" lines are HTML, translated before the page is shown
+        words = {k: v for k, v in json.loads(path.read_text("utf-8")).items()
+                 if v and not k.startswith(("What to notice", "Held fixed"))}
     words = json.dumps(words, ensure_ascii=False, separators=(",", ":"))
     source = resources.files("flashlib.book").joinpath("js", "i18n.js").read_text("utf-8")
     words = words.replace("<", "\\u003c")  # a "</script>" in a string closes no script
