@@ -162,6 +162,31 @@ def translate_frames(app: Sphinx, pagename: str, templatename: str, context: dic
     context["body"] = _FIGURE_DATA.sub(translated, body)
 
 
+#: An inline formula with the punctuation that must not start (、 。 ） ...) or end (（ 「) a
+#: line next to it. MathJax draws a formula as one box, and a browser may break a line on
+#: either side of a box even where Japanese line breaking (kinsoku) forbids it.
+_MATH_WITH_PUNCTUATION = re.compile(
+    r'(?P<open>[（「『［]?)(?P<math><span class="math notranslate nohighlight">[^<]*</span>)'
+    r'(?P<close>[、。，．）」』］！？：；・]*)')
+
+
+def keep_math_with_punctuation(app: Sphinx, pagename: str, templatename: str, context: dict,
+                               doctree) -> None:
+    """Wrap each inline formula of a Japanese page with the punctuation beside it in a span
+    that does not break (class ``flashlib-nobr``), so that no line starts with 、 or ） right
+    after a formula, or ends with （ right before one."""
+    body = context.get("body") or ""
+    if _LANGUAGE[0] != "ja" or "math notranslate" not in body:
+        return
+
+    def wrapped(match: re.Match[str]) -> str:
+        if not match["open"] and not match["close"]:
+            return match[0]
+        return f'<span class="flashlib-nobr">{match[0]}</span>'
+
+    context["body"] = _MATH_WITH_PUNCTUATION.sub(wrapped, body)
+
+
 _FIGURE_DATA = re.compile(
     r'(<script type="application/json" class="flashlib-ifig-data">)(?P<data>.*?)(</script>)',
     re.DOTALL)
@@ -239,4 +264,5 @@ def setup(app: Sphinx) -> dict:
     app.connect("doctree-read", translate_captions)
     app.connect("html-page-context", translate_frames, priority=880)
     app.connect("html-page-context", add_words, priority=880)
+    app.connect("html-page-context", keep_math_with_punctuation, priority=880)
     return {"parallel_read_safe": False, "parallel_write_safe": True}

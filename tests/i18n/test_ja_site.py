@@ -133,6 +133,19 @@ def test_the_font_subset_covers_every_japanese_character_shown() -> None:
     assert not lacking, f"the font subset lacks {''.join(lacking)}: run python -m tools.ja_font"
 
 
+@pytest.mark.parametrize("page", PAGES)
+def test_no_line_starts_with_punctuation_after_a_formula(page: str) -> None:
+    """Each inline formula with 、 。 ） after it, or （ before it, is wrapped in a span that
+    does not break (tools/i18n_extension.py): MathJax draws a formula as a box, and a browser
+    breaks a line beside a box even where Japanese line breaking forbids it."""
+    math = r'<span class="math notranslate nohighlight">[^<]*</span>'
+    opening, closing = "[（「『［]", "[、。，．）」』］！？：；・]"
+    html = re.sub(rf'<span class="flashlib-nobr">{opening}?{math}{closing}*</span>', "",
+                  _read(JA_HTML / page))
+    loose = re.findall(rf"{opening}{math}|{math}{closing}", html)
+    assert not loose, f"ja/{page}: formulas whose punctuation may start a line: {loose[:5]}"
+
+
 def test_japanese_notebooks_exist_for_every_chapter() -> None:
     from tools.notebooks import target
 
