@@ -50,8 +50,9 @@ def serve(folder: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def chromium() -> Iterator[object]:
-    """A headless Chromium (Playwright Browser); fails the test with what to install."""
+def chromium(env: dict[str, str] | None = None) -> Iterator[object]:
+    """A headless Chromium (Playwright Browser), with ``env`` as its environment if given;
+    fails the test with what to install."""
     import pytest
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
@@ -60,7 +61,7 @@ def chromium() -> Iterator[object]:
     with sync_playwright() as pw:
         try:
             browser = pw.chromium.launch(executable_path=executable, headless=True,
-                                         args=CHROMIUM_ARGS)
+                                         args=CHROMIUM_ARGS, env=env)
         except PlaywrightError as error:
             name = executable or "Playwright's own Chromium"
             pytest.fail(f"cannot start {name}: set CHROMIUM to a Chromium or Chrome, install "

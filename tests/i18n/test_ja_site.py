@@ -8,6 +8,7 @@ the same site, under ja/.
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from html.parser import HTMLParser
@@ -189,3 +190,43 @@ def test_switcher_works_offline_on_file_urls_both_ways() -> None:
     # machine with none, like CI's Chromium with fonts-dejavu only, draws the text with it)
     assert "Noto Sans JP subset" in family, family
     assert not missing, f"figure strings without a translation: {missing[:20]}"
+
+
+#: Where Debian (fonts-dejavu-core, which CI installs with Chromium) keeps its Latin fonts.
+LATIN_FONTS = ("/usr/share/fonts/truetype/dejavu",)
+
+
+@pytest.mark.browser
+def test_pages_stay_within_the_budget_on_a_machine_without_japanese_fonts(tmp_path) -> None:
+    """A reader whose machine has no Japanese font downloads the shipped subset: on every page
+    of the ja edition the browser loads it, and the page's weight with it stays within the
+    budget. This Chromium sees Latin fonts only (a fontconfig of its own), whatever fonts the
+    machine running the test has (the site tests' weights are those of this machine)."""
+    from tests.browser import MAX_PAGE_BYTES, chromium, page_weight, serve
+
+    dirs = "".join(f"<dir>{d}</dir>" for d in LATIN_FONTS if Path(d).is_dir())
+    (tmp_path / "fonts.conf").write_text(
+        '<?xml version="1.0"?><fontconfig>'
+        f"{dirs}<cachedir>{tmp_path / 'cache'}</cachedir></fontconfig>", encoding="utf-8")
+    env = {**os.environ, "FONTCONFIG_FILE": str(tmp_path / "fonts.conf")}
+    weights, without = {}, []
+    with serve(BUILD_HTML) as server, chromium(env) as browser:
+        for page_path in PAGES:
+            context = browser.new_context(viewport={"width": 1280, "height": 900})
+            page = context.new_page()
+            page.goto(f"{server}/ja/{page_path}", wait_until="load")
+            page.wait_for_load_state("networkidle")
+            page.evaluate("() => window.MathJax && MathJax.startup.promise.then(() => true)")
+            page.evaluate("() => document.fonts.ready.then(() => true)")
+            page.wait_for_load_state("networkidle")
+            if not page.evaluate("""() => [...document.fonts].some(
+                    f => f.family.includes('Noto Sans JP subset') && f.status === 'loaded')"""):
+                without.append(page_path)
+            weights[page_path] = page_weight(page)
+            context.close()
+    print("\nja pages without Japanese fonts on the machine (the subset downloaded):")
+    for page_path, weight in sorted(weights.items()):
+        print(f"  {weight / 1e6:.2f} MB  ja/{page_path}")
+    assert not without, f"pages that did not load the Japanese subset: {without}"
+    heavy = {p: round(w / 1e6, 2) for p, w in weights.items() if w > MAX_PAGE_BYTES}
+    assert not heavy, f"pages over {MAX_PAGE_BYTES / 1e6} MB with the font: {heavy}"
