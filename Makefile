@@ -29,10 +29,12 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 FLASHLIB_HASH := $(shell find flashlib tools/book_extension.py tools/i18n_extension.py book/_templates -type f \
 	\( -name '*.py' -o -name '*.js' -o -name '*.html' \) | LC_ALL=C sort | xargs cat \
 	| sha256sum | cut -c1-16)
+KERNEL_MISSES = _build/i18n-kernel-misses.jsonl
 book: $(STAMP)
 	@if [ "$$(cat _build/.flashlib-hash 2>/dev/null)" != "$(FLASHLIB_HASH)" ]; then \
 		echo "flashlib or the book's extension changed: rebuilding and re-executing every chapter"; rm -rf _build; fi
-	$(BIN)/jupyter-book build . -W -n --keep-going
+	@mkdir -p _build  # the kernels list what they drew in Japanese without a translation there
+	FLASHLIB_I18N_RECORD=$(CURDIR)/$(KERNEL_MISSES) $(BIN)/jupyter-book build . -W -n --keep-going
 	$(BIN)/python -m tools.ja_edition build
 	echo "$(FLASHLIB_HASH)" > _build/.flashlib-hash
 

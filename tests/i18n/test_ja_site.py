@@ -8,6 +8,7 @@ the same site, under ja/.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections import Counter
@@ -123,6 +124,21 @@ def test_the_code_strings_the_pages_show_are_translated() -> None:
     missing = [line for line in _read(JA_OUT / MISSING_FILE).splitlines() if line.strip()]
     assert not missing, (f"{len(missing)} strings the Japanese pages show have no translation "
                          "in flashlib/book/locale/ja/site.json:\n" + "\n".join(missing[:40]))
+
+
+def test_the_figures_the_kernels_drew_in_japanese_are_translated() -> None:
+    """While `make book` executes the chapters, each kernel draws the Japanese frames of its
+    figures and widgets and lists in _build/i18n-kernel-misses.jsonl (FLASHLIB_I18N_RECORD)
+    every text it drew without a translation: a label a measurement chose on this machine,
+    say. No file: none. A listed text translated since counts as done."""
+    from flashlib.book import i18n
+
+    path = BUILD_HTML.parent / "i18n-kernel-misses.jsonl"
+    listed = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+    words = i18n.table("ja")
+    missing = sorted({key for key in map(json.loads, filter(None, listed)) if key not in words})
+    assert not missing, (f"{len(missing)} texts the figures drew untranslated (add them to "
+                         "flashlib/book/locale/ja/figures.json):\n" + "\n".join(missing[:40]))
 
 
 def test_the_font_subset_covers_every_japanese_character_shown() -> None:
