@@ -92,15 +92,36 @@ def template(text: str) -> tuple[str, list[str]]:
     return NUMBER.sub(hole, text), numbers
 
 
+#: A set of names as Python prints it (``{'acc', 'l'}``, ``set()``): a checker's message
+#: about a learner's set is one entry whatever the set, with ``{s0}``, ``{s1}`` ... for the sets.
+NAMES = re.compile(r"\{'[^'{}]*'(?:, '[^'{}]*')*\}|\bset\(\)")
+_NAMES_HOLE = re.compile(r"\{s(\d+)\}")
+
+
 def _lookup(text: str, words: dict[str, str]) -> str | None:
-    """The translation of ``text`` (stripped): exact, else by its template; None if none."""
+    """The translation of ``text`` (stripped): exact, else by its template, else with its
+    sets of names as holes too (:data:`NAMES`); None if none."""
     found = words.get(text)
     if found is not None:
         return found
     key, numbers = template(text)
     found = words.get(key)
     if found is None:
-        return None
+        sets: list[str] = []
+
+        def hole(match: re.Match[str]) -> str:
+            sets.append(match.group(0))
+            return f"{{s{len(sets) - 1}}}"
+
+        holed = NAMES.sub(hole, text)
+        if not sets:
+            return None
+        found = _lookup(holed, words)
+        if found is None:
+            return None
+        return _NAMES_HOLE.sub(
+            lambda m: sets[int(m.group(1))] if int(m.group(1)) < len(sets) else m.group(0),
+            found)
     return _PLACEHOLDER.sub(
         lambda m: numbers[int(m.group(1))] if int(m.group(1)) < len(numbers) else m.group(0),
         found)
