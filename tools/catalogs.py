@@ -149,7 +149,7 @@ CODE_TABLES = ROOT / "flashlib" / "book" / "locale" / "ja"
 def code_problems(path: Path) -> list[str]:
     """Problems of one table of the code's strings (flashlib/book/locale/ja/*.json): an empty
     translation, or placeholders (``{0}``, ``{1}`` ... for numbers, ``{s0}`` ... for sets of
-    names) not the same as the English's."""
+    names, ``{r0}`` for what a learner's function returned) not the same as the English's."""
     out = []
     table = json.loads(path.read_text(encoding="utf-8"))
     for key, value in table.items():
@@ -157,8 +157,8 @@ def code_problems(path: Path) -> list[str]:
         if not isinstance(value, str) or not value.strip():
             out.append(f"{head}: untranslated")
             continue
-        want = sorted(re.findall(r"\{s?\d+\}", key))
-        got = sorted(re.findall(r"\{s?\d+\}", value))
+        want = sorted(re.findall(r"\{[sr]?\d+\}", key))
+        got = sorted(re.findall(r"\{[sr]?\d+\}", value))
         if want != got:
             out.append(f"{head}: placeholders differ: English {want}, Japanese {got}")
     return out

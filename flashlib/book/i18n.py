@@ -115,7 +115,7 @@ def _lookup(text: str, words: dict[str, str]) -> str | None:
 
         holed = NAMES.sub(hole, text)
         if not sets:
-            return None
+            return _lookup_got(text, words)
         found = _lookup(holed, words)
         if found is None:
             return None
@@ -125,6 +125,21 @@ def _lookup(text: str, words: dict[str, str]) -> str | None:
     return _PLACEHOLDER.sub(
         lambda m: numbers[int(m.group(1))] if int(m.group(1)) < len(numbers) else m.group(0),
         found)
+
+
+#: What a learner's function returned, shown as Python shows it, at the end of a message
+#: ("expected a number, got 'eleven'"): one entry whatever it was, with ``{r0}`` for it.
+_GOT = re.compile(r"(?P<head>(?:.*[,;] )?got )(?P<got>.+)", re.DOTALL)
+
+
+def _lookup_got(text: str, words: dict[str, str]) -> str | None:
+    """The translation of ``text`` by its entry with ``{r0}`` for what follows its last
+    "got " (:data:`_GOT`); None if it has none."""
+    match = _GOT.fullmatch(text)
+    if match is None or "{r0}" in text:
+        return None
+    found = _lookup(match["head"] + "{r0}", words)
+    return None if found is None else found.replace("{r0}", match["got"])
 
 
 #: Between the parts of a message translated part by part ("label: problem: hint").
