@@ -84,9 +84,11 @@ notebooks: $(STAMP)
 	$(BIN)/python -m tools.notebooks write
 
 ## make lab: open your copies of the notebooks (lab/, ignored by git) in JupyterLab with
-## flashlib importable; chapters changed since are refreshed unless you edited them
+## flashlib importable; chapters changed since are refreshed unless you edited them.
+## make lab EDITION=ja: the Japanese notebooks, in lab/ja/ (日本語版)
+EDITION ?= en
 lab: $(STAMP)
-	$(BIN)/python -m tools.lab
+	$(BIN)/python -m tools.lab --lang $(EDITION)
 	$(BIN)/jupyter lab lab/ $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 ## make lint: ruff and the import contracts (pyproject.toml [tool.importlinter])

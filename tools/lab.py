@@ -4,6 +4,7 @@ JupyterLab; the tracked notebooks/ are never opened, so running and editing cell
 repository clean.
 
     python -m tools.lab            # sync lab/ with the chapters, say what changed
+    python -m tools.lab --lang ja  # the Japanese edition's notebooks, in lab/ja/
     python -m tools.lab --dir DIR  # another folder
 
 For each chapter (its notebook generated from book/, as `make notebooks` writes it):
@@ -45,10 +46,17 @@ def cells_hash(text: str) -> str:
     return hashlib.sha256(json.dumps(cells).encode()).hexdigest()
 
 
-def chapter_notebooks() -> dict[str, str]:
-    """``{file name: notebook text}`` of every chapter, generated from book/ now."""
-    return {notebooks.target(source).name: notebooks.notebook_text(source)
+def chapter_notebooks(lang: str = "en") -> dict[str, str]:
+    """``{file name: notebook text}`` of every chapter in ``lang``'s edition, generated from
+    book/ (and, for another language, its catalogs in locales/) now."""
+    return {notebooks.target(source, lang=lang).name: notebooks.notebook_text(source, lang=lang)
             for source in chapters()}
+
+
+def lab_folder(lang: str = "en") -> Path:
+    """Where ``make lab`` keeps the learner's copies: lab/, and lab/<lang>/ for another
+    language (its own record of what was written)."""
+    return LAB if lang == "en" else LAB / lang
 
 
 def sync(lab: Path, chapters: dict[str, str]) -> list[str]:
@@ -89,11 +97,15 @@ def sync(lab: Path, chapters: dict[str, str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", type=Path, default=LAB, help="the learner's folder (lab/)")
+    parser.add_argument("--lang", choices=notebooks.LANGUAGES, default="en",
+                        help="the edition: en (lab/) or ja (lab/ja/)")
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="the learner's folder (default lab/, or lab/<lang>/)")
     args = parser.parse_args(argv)
-    for line in sync(args.dir, chapter_notebooks()):
+    folder = args.dir or lab_folder(args.lang)
+    for line in sync(folder, chapter_notebooks(args.lang)):
         print(line)
-    print(f"{args.dir}: your copies of the notebooks (git ignores this folder)")
+    print(f"{folder}: your copies of the notebooks (git ignores this folder)")
     return 0
 
 

@@ -88,3 +88,20 @@ def test_lab_folder_is_ignored_and_holds_the_generated_chapters():
     lab_recipe = makefile.split("\nlab:", 1)[1].split("\n\n", 1)[0]
     assert "-m tools.lab" in lab_recipe and "jupyter lab lab/" in lab_recipe
     assert "notebooks/" not in lab_recipe
+
+
+def test_make_lab_edition_ja_gives_the_japanese_notebooks_in_their_own_folder(tmp_path):
+    """`make lab EDITION=ja`: the Japanese notebooks (notebooks/ja/, generated from the
+    catalogs), kept in lab/ja/ with their own record, beside the English copies."""
+    generated = lab.chapter_notebooks("ja")
+    committed = {p.name: p.read_text(encoding="utf-8") for p in (ROOT / "notebooks" / "ja").glob(
+        "*.ipynb")}
+    assert generated == committed  # the same notebooks as notebooks/ja/ (when in sync)
+    assert lab.lab_folder("ja") == lab.LAB / "ja"
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "-m tools.lab --lang $(EDITION)" in makefile.split("\nlab:", 1)[1].split("\n\n")[0]
+    english = {"intro.ipynb": chapter("x = 1")}
+    lab.sync(tmp_path, english)
+    lab.sync(tmp_path / "ja", {"intro.ipynb": chapter("x = 2")})
+    assert nbformat.read(tmp_path / "intro.ipynb", as_version=4).cells[1].source == "x = 1"
+    assert (tmp_path / "ja" / ".written.json").is_file()
