@@ -342,14 +342,22 @@ def _keep_reference(case: int) -> tuple[np.ndarray, float]:
     return ref, error_stats(_plain(Q, K, V, KEEP_DTYPE), ref).max
 
 
+def _unknown_names(names: Any) -> list[str] | None:
+    """The names of ``names`` that are not among QUANTITIES (sorted), or None when ``names``
+    is not a collection of strings (a set, frozenset, list or tuple)."""
+    if not isinstance(names, (set, frozenset, list, tuple)) or not all(
+            isinstance(q, str) for q in names):
+        return None
+    return sorted(set(names) - set(QUANTITIES))
+
+
 def _names(names: Any) -> frozenset[str]:
     """The set of quantities an ``error_ratio`` was asked about; TypeError or ValueError (which
     the learner's code sees) for anything but a collection of names among QUANTITIES."""
-    if not isinstance(names, (set, frozenset, list, tuple)) or not all(
-            isinstance(q, str) for q in names):
+    unknown = _unknown_names(names)
+    if unknown is None:
         raise TypeError(f"error_ratio takes a set of names among {', '.join(QUANTITIES)} "
                         f"(e.g. {{'l', 'S'}}), got {names!r}")
-    unknown = sorted(set(names) - set(QUANTITIES))
     if unknown:
         raise ValueError(f"error_ratio: unknown quantities {unknown}: choose among "
                          f"{', '.join(QUANTITIES)}")
@@ -416,11 +424,10 @@ def _show(names: frozenset[str] | None) -> str:
 def _answer(got: Any) -> frozenset[str] | None:
     if got is None:
         return None
-    if not isinstance(got, (set, frozenset, list, tuple)) or not all(
-            isinstance(q, str) for q in got):
+    unknown = _unknown_names(got)
+    if unknown is None:
         raise LearnerError(f"expected a set of names among {', '.join(QUANTITIES)}, or None "
                            f"when no set meets the rule; got {got!r}")
-    unknown = sorted(set(got) - set(QUANTITIES))
     if unknown:
         raise LearnerError(f"unknown quantities {unknown}: choose among "
                            f"{', '.join(QUANTITIES)}")
