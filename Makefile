@@ -33,7 +33,7 @@ KERNEL_MISSES = _build/i18n-kernel-misses.jsonl
 book: $(STAMP)
 	@if [ "$$(cat _build/.flashlib-hash 2>/dev/null)" != "$(FLASHLIB_HASH)" ]; then \
 		echo "flashlib or the book's extension changed: rebuilding and re-executing every chapter"; rm -rf _build; fi
-	@mkdir -p _build  # the kernels list what they drew in Japanese without a translation there
+	@mkdir -p _build && touch $(KERNEL_MISSES)  # the kernels list there what they drew in Japanese untranslated
 	FLASHLIB_I18N_RECORD=$(CURDIR)/$(KERNEL_MISSES) $(BIN)/jupyter-book build . -W -n --keep-going
 	$(BIN)/python -m tools.ja_edition build
 	echo "$(FLASHLIB_HASH)" > _build/.flashlib-hash

@@ -130,11 +130,16 @@ def test_the_figures_the_kernels_drew_in_japanese_are_translated() -> None:
     """While `make book` executes the chapters, each kernel draws the Japanese frames of its
     figures and widgets and lists in _build/i18n-kernel-misses.jsonl (FLASHLIB_I18N_RECORD)
     every text it drew without a translation: a label a measurement chose on this machine,
-    say. No file: none. A listed text translated since counts as done."""
+    say. A listed text translated since counts as done. The file is made by the recipe (empty:
+    nothing missed), so a book built without it fails here rather than passing unchecked."""
     from flashlib.book import i18n
+    from tools.paths import ROOT
 
+    recipe = (ROOT / "Makefile").read_text(encoding="utf-8").split("\nbook:", 1)[1]
+    recipe = recipe.split("\n\n", 1)[0]
+    assert "FLASHLIB_I18N_RECORD=$(CURDIR)/$(KERNEL_MISSES) $(BIN)/jupyter-book build" in recipe
     path = BUILD_HTML.parent / "i18n-kernel-misses.jsonl"
-    listed = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+    listed = _read(path).splitlines()
     words = i18n.table("ja")
     missing = sorted({key for key in map(json.loads, filter(None, listed)) if key not in words})
     assert not missing, (f"{len(missing)} texts the figures drew untranslated (add them to "
