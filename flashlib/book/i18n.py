@@ -309,23 +309,6 @@ def translate_html(markup: str, lang: str | None = None) -> str:
     return "".join(parser.out)
 
 
-def translate_figure(fig: object, lang: str | None = None) -> object:
-    """A matplotlib figure with every text artist (titles, labels, ticks, legends,
-    annotations) translated in place; returns it."""
-    lang = lang or language()
-    if lang == "en":
-        return fig
-    from matplotlib.text import Text
-
-    for artist in fig.findobj(Text):
-        text = artist.get_text()
-        if isinstance(text, str) and text:
-            new = translate(text, lang)
-            if new != text:
-                artist.set_text(new)
-    return fig
-
-
 def words_script(lang: str, only: str | None = None) -> str:
     """JavaScript that gives a page the table into ``lang`` and ``window.flashlibTranslate``
     (flashlib/book/js/i18n.js), for the figures the page draws itself; ``only``: one of the

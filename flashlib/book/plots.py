@@ -232,8 +232,9 @@ def _with_japanese(text: Any) -> list[str]:
 
 
 def japanese_png(fig: Any) -> bytes | None:
-    """The figure drawn again with its texts in Japanese (:func:`flashlib.book.i18n.
-    translate_figure`, then put back as they were), or None when no text has a translation."""
+    """The figure drawn again with its texts and tick labels in Japanese
+    (:func:`flashlib.book.i18n.translate`, then put back as they were), or None when no text
+    has a translation."""
     from matplotlib.text import Text
 
     from flashlib.book import i18n
@@ -361,15 +362,12 @@ def show(fig: Any, *, alt: str) -> StaticFigure:
 
     check_alt(alt)
     check_figure(fig)
-    if i18n.language() != "en":  # a Japanese notebook: the figure in Japanese
-        _japanese_font()
-        i18n.translate_figure(fig)
-        from matplotlib.text import Text
-
-        for t in fig.findobj(Text):
-            t.set_fontfamily(_with_japanese(t))
     png = figure_png(fig)  # draws the figure: its texts have their final sizes
     smallest = text_px(fig)
-    ja = japanese_png(fig) if static_site() else None  # the book: both editions' figures
-    return StaticFigure(light_png(png), alt, smallest,
-                        light_png(ja) if ja is not None else None)
+    if static_site():  # the book: both editions' figures
+        ja = japanese_png(fig)
+        return StaticFigure(light_png(png), alt, smallest,
+                            light_png(ja) if ja is not None else None)
+    if i18n.language() != "en":  # a Japanese notebook: the figure as the Japanese site has it
+        png = japanese_png(fig) or png
+    return StaticFigure(light_png(png), alt, smallest)
