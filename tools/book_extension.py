@@ -247,7 +247,8 @@ def mark_wide_code(app: Sphinx, doctree: nodes.document, docname: str) -> None:
 
 
 _LANG_IMG = re.compile(r'<img [^>]*class="[^"]*\bflashlib-lang-(?P<lang>[a-z]+)\b[^>]*>')
-_FIGURE_DATA = re.compile(
+#: An interactive figure's data on a page (flashlib.book.widgets): its frames, labels, alts.
+FIGURE_DATA = re.compile(
     r'(<script type="application/json" class="flashlib-ifig-data">)(?P<data>.*?)(</script>)',
     re.DOTALL)
 
@@ -271,7 +272,7 @@ def keep_own_language(app: Sphinx, pagename: str, templatename: str, context: di
         text = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
         return match.group(1) + text + match.group(3)
 
-    context["body"] = _FIGURE_DATA.sub(own_frames, body)
+    context["body"] = FIGURE_DATA.sub(own_frames, body)
 
 
 def images_to_files(app: Sphinx, pagename: str, templatename: str, context: dict,

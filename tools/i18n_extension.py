@@ -30,6 +30,7 @@ from sphinx.application import Sphinx
 from sphinx.config import Config
 
 from flashlib.book import i18n
+from tools.book_extension import FIGURE_DATA
 
 _RENDERERS: dict[str, Any] = {}
 
@@ -159,7 +160,7 @@ def translate_frames(app: Sphinx, pagename: str, templatename: str, context: dic
         text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
         return match.group(1) + text.replace("<", "\\u003c") + match.group(3)
 
-    context["body"] = _FIGURE_DATA.sub(translated, body)
+    context["body"] = FIGURE_DATA.sub(translated, body)
 
 
 #: An inline formula with the punctuation that must not start (、 。 ） ...) or end (（ 「) a
@@ -185,11 +186,6 @@ def keep_math_with_punctuation(app: Sphinx, pagename: str, templatename: str, co
         return f'<span class="flashlib-nobr">{match[0]}</span>'
 
     context["body"] = _MATH_WITH_PUNCTUATION.sub(wrapped, body)
-
-
-_FIGURE_DATA = re.compile(
-    r'(<script type="application/json" class="flashlib-ifig-data">)(?P<data>.*?)(</script>)',
-    re.DOTALL)
 
 
 def translate_captions(app: Sphinx, doctree: nodes.document) -> None:
